@@ -1,0 +1,1 @@
+//! The classic ASCII (text) protocol.

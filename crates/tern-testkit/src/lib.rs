@@ -1,0 +1,189 @@
+//! Test support shared by the crates' end-to-end tests: find the real `tern` binary, start it (or
+//! Debian's `memcached`, the reference peer) on a free loopback port, and talk to it over TCP.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a test waits for a server to start or a reply to arrive before failing.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The `tern` binary built by this `cargo test` run (target/<profile>/tern, beside `deps/`).
+pub fn tern_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary lives in target/<profile>/deps");
+    let bin = profile_dir.join("tern");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`, which builds it",
+        bin.display()
+    );
+    bin
+}
+
+/// A port nobody listens on right now (the OS picks it; there is a small race, as with any such
+/// helper, which the start-up wait below turns into a clear failure).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// A server process on 127.0.0.1 that is killed when dropped.
+pub struct ServerProcess {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl ServerProcess {
+    /// Starts `tern serve -l 127.0.0.1 -p <free port> <args>` and waits until it accepts.
+    pub fn tern(args: &[&str]) -> ServerProcess {
+        let port = free_port();
+        let mut cmd = Command::new(tern_bin());
+        cmd.arg("serve")
+            .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+            .args(args);
+        Self::spawn(cmd, port)
+    }
+
+    /// Starts Debian's `memcached -l 127.0.0.1 -p <free port> <args>`, the reference peer.
+    /// Panics with the install command when it is missing: tests never skip silently.
+    pub fn memcached(args: &[&str]) -> ServerProcess {
+        let port = free_port();
+        let mut cmd = Command::new(memcached_bin());
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+            .args(args);
+        Self::spawn(cmd, port)
+    }
+
+    fn spawn(mut cmd: Command, port: u16) -> ServerProcess {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let mut server = ServerProcess { child, port };
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("{cmd:?} exited before accepting: {status}");
+            }
+            assert!(Instant::now() < deadline, "{cmd:?} did not accept on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// A new connection with read and write timeouts, so a missing reply fails the test instead of
+    /// hanging it.
+    pub fn connect(&self) -> Conn {
+        Conn::connect(self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Path of Debian's memcached (package `memcached`).
+pub fn memcached_bin() -> PathBuf {
+    for candidate in ["/usr/bin/memcached", "/usr/local/bin/memcached"] {
+        let path = PathBuf::from(candidate);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("memcached is not installed: `apt-get install memcached` (.ci/run does this)");
+}
+
+/// A blocking TCP connection to a server under test.
+pub struct Conn {
+    pub stream: TcpStream,
+}
+
+impl Conn {
+    pub fn connect(port: u16) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.set_write_timeout(Some(PATIENCE)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn { stream }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to server");
+    }
+
+    /// Reads until the bytes received so far end with `terminator`; panics on timeout or close.
+    pub fn read_until(&mut self, terminator: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while !got.ends_with(terminator) {
+            match self.stream.read(&mut buf) {
+                Ok(0) => panic!(
+                    "server closed the connection; got so far: {:?}",
+                    String::from_utf8_lossy(&got)
+                ),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!(
+                    "no reply ending in {:?} ({e}); got so far: {:?}",
+                    String::from_utf8_lossy(terminator),
+                    String::from_utf8_lossy(&got)
+                ),
+            }
+        }
+        got
+    }
+
+    /// Reads exactly `n` bytes.
+    pub fn read_exact(&mut self, n: usize) -> Vec<u8> {
+        let mut got = vec![0u8; n];
+        self.stream.read_exact(&mut got).expect("read reply");
+        got
+    }
+
+    /// Sends `request` and returns the reply, read until it ends with `terminator`.
+    pub fn request(&mut self, request: &[u8], terminator: &[u8]) -> Vec<u8> {
+        self.send(request);
+        self.read_until(terminator)
+    }
+
+    /// Sends one text request and returns its one-line (or `END`-terminated) reply as a string.
+    pub fn line(&mut self, request: &str) -> String {
+        self.send(request.as_bytes());
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n") {
+            match self.stream.read(&mut byte) {
+                Ok(1) => got.push(byte[0]),
+                Ok(_) => panic!("server closed; got {:?}", String::from_utf8_lossy(&got)),
+                Err(e) => panic!("no reply line ({e}); got {:?}", String::from_utf8_lossy(&got)),
+            }
+        }
+        String::from_utf8(got).expect("utf-8 reply")
+    }
+
+    /// True when the server has closed the connection (reads EOF within the patience window).
+    pub fn is_closed_by_server(&mut self) -> bool {
+        let mut buf = [0u8; 1024];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
