@@ -2,3 +2,4 @@
 //! and parse replies (client side, for `tern bench`). No I/O: callers own the sockets and buffers.
 
 pub mod ascii;
+pub mod client;

@@ -1,0 +1,1 @@
+//! Client side of the protocols, for `tern bench`: encode requests, parse replies.
