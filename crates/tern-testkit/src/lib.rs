@@ -57,7 +57,8 @@ impl ServerProcess {
     pub fn memcached(args: &[&str]) -> ServerProcess {
         let port = free_port();
         let mut cmd = Command::new(memcached_bin());
-        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        // `-u root`: memcached refuses to run as root without it (CI runs as root); ignored otherwise.
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-u", "root"])
             .args(args);
         Self::spawn(cmd, port)
     }
