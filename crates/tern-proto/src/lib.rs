@@ -2,4 +2,5 @@
 //! and parse replies (client side, for `tern bench`). No I/O: callers own the sockets and buffers.
 
 pub mod ascii;
+pub mod binary;
 pub mod client;
