@@ -4,3 +4,4 @@
 pub mod ascii;
 pub mod binary;
 pub mod client;
+pub mod meta;
