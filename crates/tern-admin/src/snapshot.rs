@@ -1,0 +1,303 @@
+//! What the server hands over when scraped: a [`Snapshot`] of plain values, and the
+//! memcached-compatible counters derived from it.
+
+use crate::worker::{Command, Outcome, WorkerSnapshot};
+
+/// tern's segment storage, as plain numbers the store reports.
+///
+/// A segment is a fixed-size slab of memory items are appended to (as in Pelikan's segcache);
+/// whole segments are expired or evicted at once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SegmentStats {
+    /// Size of one segment in bytes.
+    pub segment_bytes: u64,
+    /// Segments allocated (in use or free).
+    pub segments_total: u64,
+    /// Segments holding no items, ready to be written.
+    pub segments_free: u64,
+    /// Bytes of items that can still be read (headers, keys, values).
+    pub live_bytes: u64,
+    /// Bytes in used segments taken by deleted or overwritten items, not yet reclaimed.
+    pub dead_bytes: u64,
+    /// Segments evicted (all their items dropped to make room) since start.
+    pub segments_evicted: u64,
+    /// Segments freed because every item in them expired, since start.
+    pub segments_expired: u64,
+    /// Seconds since the oldest live item was written (memcached's `items:N:age`).
+    pub oldest_item_age_seconds: u64,
+}
+
+impl SegmentStats {
+    /// Segments holding items.
+    pub fn segments_used(&self) -> u64 {
+        self.segments_total.saturating_sub(self.segments_free)
+    }
+
+    /// Bytes of memory allocated to segments (memcached's `total_malloced`).
+    pub fn heap_bytes(&self) -> u64 {
+        self.segments_total * self.segment_bytes
+    }
+}
+
+/// Store-wide numbers the server reads from its store at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreStats {
+    /// Items stored now (memcached's `curr_items`).
+    pub items: u64,
+    /// Items stored since start (memcached's `total_items`).
+    pub total_items: u64,
+    /// Bytes used by items now (memcached's `bytes`).
+    pub bytes: u64,
+    /// The memory limit, `-m` (memcached's `limit_maxbytes`).
+    pub limit_bytes: u64,
+    /// Live items removed to make room (memcached's `evictions`).
+    pub evictions: u64,
+    /// Expired items whose memory was taken back (memcached's `reclaimed`).
+    pub reclaimed: u64,
+    /// The segment layout.
+    pub segments: SegmentStats,
+}
+
+/// Everything `/metrics`, `/stats` and `stats` show, filled by the server when asked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The server's version string, e.g. `0.1.0`.
+    pub version: String,
+    /// The server's process id.
+    pub pid: u32,
+    /// Seconds since the server started.
+    pub uptime_seconds: u64,
+    /// The server's clock, unix seconds.
+    pub time_unix_seconds: u64,
+    /// User CPU time of the process, seconds (from getrusage).
+    pub rusage_user_seconds: f64,
+    /// System CPU time of the process, seconds (from getrusage).
+    pub rusage_system_seconds: f64,
+    /// The connection limit, `-c`.
+    pub max_connections: u64,
+    /// Whether the listener is accepting connections (memcached's `accepting_conns`).
+    pub accepting_connections: bool,
+    /// One entry per worker thread, in worker order, from [`crate::WorkerMetrics::snapshot`].
+    pub workers: Vec<WorkerSnapshot>,
+    /// The store's numbers.
+    pub store: StoreStats,
+}
+
+impl Snapshot {
+    /// The workers merged.
+    pub fn totals(&self) -> WorkerSnapshot {
+        WorkerSnapshot::merge(&self.workers)
+    }
+}
+
+/// The command counters memcached's `stats` reports, derived from tern's per-command outcomes
+/// with memcached's accounting (see the field docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemcachedCounters {
+    /// Keys looked up by get, gets, gat, gats and mg.
+    pub cmd_get: u64,
+    /// Storage commands (set, add, replace, append, prepend, cas, ms), any result.
+    pub cmd_set: u64,
+    /// flush_all commands.
+    pub cmd_flush: u64,
+    /// touch, gat and gats.
+    pub cmd_touch: u64,
+    /// Meta commands (mg, ms, md, ma, mn).
+    pub cmd_meta: u64,
+    /// get/gets/mg keys found.
+    pub get_hits: u64,
+    /// get/gets/mg keys not found.
+    pub get_misses: u64,
+    /// delete/md that found the key.
+    pub delete_hits: u64,
+    /// delete/md that did not.
+    pub delete_misses: u64,
+    /// incr (and ma, which memcached also counts as incr unless in decr mode; tern counts all
+    /// ma here) that found the key.
+    pub incr_hits: u64,
+    /// incr/ma that did not.
+    pub incr_misses: u64,
+    /// decr that found the key.
+    pub decr_hits: u64,
+    /// decr that did not.
+    pub decr_misses: u64,
+    /// cas that stored.
+    pub cas_hits: u64,
+    /// cas on a missing key.
+    pub cas_misses: u64,
+    /// cas whose unique did not match.
+    pub cas_badval: u64,
+    /// touch/gat/gats that found the key.
+    pub touch_hits: u64,
+    /// touch/gat/gats that did not.
+    pub touch_misses: u64,
+    /// Stores refused as larger than the item size limit.
+    pub store_too_large: u64,
+    /// Stores refused for lack of memory.
+    pub store_no_memory: u64,
+}
+
+impl MemcachedCounters {
+    /// Derives memcached's counters from merged worker counts.
+    pub fn from_totals(t: &WorkerSnapshot) -> MemcachedCounters {
+        use Command::*;
+        let total = |cmds: &[Command]| cmds.iter().map(|&c| t.command_total(c)).sum::<u64>();
+        let count = |cmds: &[Command], o: Outcome| cmds.iter().map(|&c| t.get(c, o)).sum::<u64>();
+        let gets = [Get, Gets, MetaGet];
+        let touches = [Touch, Gat, Gats];
+        let incrs = [Incr, MetaArithmetic];
+        MemcachedCounters {
+            cmd_get: total(&[Get, Gets, Gat, Gats, MetaGet]),
+            cmd_set: total(&[Set, Add, Replace, Append, Prepend, Cas, MetaSet]),
+            cmd_flush: total(&[Flush]),
+            cmd_touch: total(&touches),
+            cmd_meta: total(&[MetaGet, MetaSet, MetaDelete, MetaArithmetic, MetaNoop]),
+            get_hits: count(&gets, Outcome::Hit),
+            get_misses: count(&gets, Outcome::Miss),
+            delete_hits: count(&[Delete, MetaDelete], Outcome::Hit),
+            delete_misses: count(&[Delete, MetaDelete], Outcome::Miss),
+            incr_hits: count(&incrs, Outcome::Hit),
+            incr_misses: count(&incrs, Outcome::Miss),
+            decr_hits: t.get(Decr, Outcome::Hit),
+            decr_misses: t.get(Decr, Outcome::Miss),
+            cas_hits: t.get(Cas, Outcome::Stored),
+            cas_misses: t.get(Cas, Outcome::NotFound),
+            cas_badval: t.get(Cas, Outcome::Exists),
+            touch_hits: count(&touches, Outcome::Hit),
+            touch_misses: count(&touches, Outcome::Miss),
+            store_too_large: Command::ALL
+                .iter()
+                .map(|&c| t.get(c, Outcome::TooLarge))
+                .sum(),
+            store_no_memory: Command::ALL
+                .iter()
+                .map(|&c| t.get(c, Outcome::NoMemory))
+                .sum(),
+        }
+    }
+
+    /// The `(command, status, value)` series of memcached_exporter's `memcached_commands_total`,
+    /// computed as the exporter computes them from `stats` (set/hit is `cmd_set` minus cas).
+    pub fn exporter_series(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let cas_all = self.cas_hits + self.cas_misses + self.cas_badval;
+        vec![
+            ("get", "hit", self.get_hits),
+            ("get", "miss", self.get_misses),
+            ("delete", "hit", self.delete_hits),
+            ("delete", "miss", self.delete_misses),
+            ("incr", "hit", self.incr_hits),
+            ("incr", "miss", self.incr_misses),
+            ("decr", "hit", self.decr_hits),
+            ("decr", "miss", self.decr_misses),
+            ("cas", "hit", self.cas_hits),
+            ("cas", "miss", self.cas_misses),
+            ("cas", "badval", self.cas_badval),
+            ("touch", "hit", self.touch_hits),
+            ("touch", "miss", self.touch_misses),
+            ("flush", "hit", self.cmd_flush),
+            ("set", "hit", self.cmd_set.saturating_sub(cas_all)),
+        ]
+    }
+}
+
+/// memcached's general `stats` as `(name, value)` pairs, in memcached 1.6's order, for the
+/// fields tern can fill honestly (LRU-crawler, slab-rebalancer and extstore fields are left out
+/// as tern has none of those).
+pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
+    let t = s.totals();
+    let m = MemcachedCounters::from_totals(&t);
+    let rusage = |secs: f64| {
+        let micros = (secs * 1e6).round() as u64;
+        format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+    };
+    let n = |v: u64| v.to_string();
+    vec![
+        ("pid", s.pid.to_string()),
+        ("uptime", n(s.uptime_seconds)),
+        ("time", n(s.time_unix_seconds)),
+        ("version", s.version.clone()),
+        ("pointer_size", (usize::BITS).to_string()),
+        ("rusage_user", rusage(s.rusage_user_seconds)),
+        ("rusage_system", rusage(s.rusage_system_seconds)),
+        ("max_connections", n(s.max_connections)),
+        ("curr_connections", n(t.current_connections())),
+        ("total_connections", n(t.conns_opened)),
+        ("rejected_connections", n(t.conns_rejected)),
+        ("cmd_get", n(m.cmd_get)),
+        ("cmd_set", n(m.cmd_set)),
+        ("cmd_flush", n(m.cmd_flush)),
+        ("cmd_touch", n(m.cmd_touch)),
+        ("cmd_meta", n(m.cmd_meta)),
+        ("get_hits", n(m.get_hits)),
+        ("get_misses", n(m.get_misses)),
+        ("delete_misses", n(m.delete_misses)),
+        ("delete_hits", n(m.delete_hits)),
+        ("incr_misses", n(m.incr_misses)),
+        ("incr_hits", n(m.incr_hits)),
+        ("decr_misses", n(m.decr_misses)),
+        ("decr_hits", n(m.decr_hits)),
+        ("cas_misses", n(m.cas_misses)),
+        ("cas_hits", n(m.cas_hits)),
+        ("cas_badval", n(m.cas_badval)),
+        ("touch_hits", n(m.touch_hits)),
+        ("touch_misses", n(m.touch_misses)),
+        ("store_too_large", n(m.store_too_large)),
+        ("store_no_memory", n(m.store_no_memory)),
+        ("bytes_read", n(t.bytes_read)),
+        ("bytes_written", n(t.bytes_written)),
+        ("limit_maxbytes", n(s.store.limit_bytes)),
+        ("accepting_conns", n(s.accepting_connections as u64)),
+        ("threads", n(s.workers.len() as u64)),
+        ("bytes", n(s.store.bytes)),
+        ("curr_items", n(s.store.items)),
+        ("total_items", n(s.store.total_items)),
+        ("evictions", n(s.store.evictions)),
+        ("reclaimed", n(s.store.reclaimed)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::WorkerMetrics;
+
+    #[test]
+    fn memcached_accounting() {
+        let w = WorkerMetrics::new();
+        w.record(Command::Get, Outcome::Hit, 1);
+        w.count(Command::Gets, Outcome::Miss);
+        w.record(Command::Gat, Outcome::Hit, 1);
+        w.record(Command::Set, Outcome::Stored, 1);
+        w.record(Command::Add, Outcome::NotStored, 1);
+        w.record(Command::Cas, Outcome::Exists, 1);
+        w.record(Command::Cas, Outcome::Stored, 1);
+        w.record(Command::Set, Outcome::TooLarge, 1);
+        w.record(Command::Flush, Outcome::Hit, 1);
+        let m = MemcachedCounters::from_totals(&w.snapshot());
+        assert_eq!((m.cmd_get, m.get_hits, m.get_misses), (3, 1, 1));
+        assert_eq!((m.cmd_touch, m.touch_hits), (1, 1));
+        assert_eq!(m.cmd_set, 5);
+        assert_eq!((m.cas_hits, m.cas_badval, m.cas_misses), (1, 1, 0));
+        assert_eq!(m.store_too_large, 1);
+        let series = m.exporter_series();
+        assert!(series.contains(&("set", "hit", 3)));
+        assert!(series.contains(&("flush", "hit", 1)));
+        assert!(series.contains(&("cas", "badval", 1)));
+    }
+
+    #[test]
+    fn general_stats_formats_like_memcached() {
+        let snap = Snapshot {
+            version: "0.1.0".into(),
+            rusage_user_seconds: 1.5,
+            workers: vec![WorkerSnapshot::default(); 3],
+            ..Snapshot::default()
+        };
+        let stats = general_stats(&snap);
+        let get = |k: &str| stats.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+        assert_eq!(get("rusage_user"), "1.500000");
+        assert_eq!(get("threads"), "3");
+        assert_eq!(get("version"), "0.1.0");
+        assert_eq!(get("accepting_conns"), "0");
+    }
+}

@@ -1,0 +1,430 @@
+//! memcached's `stats` family as wire bytes: `STAT <name> <value>\r\n` lines ending in
+//! `END\r\n`, with memcached 1.6's field names, rendered from plain data.
+//!
+//! tern has no slab classes and no segmented LRU, so `stats items` and `stats slabs` map its
+//! segment store onto memcached's shapes (one class, id 1); the fields with no tern counterpart
+//! are printed as 0 so that tools reading them keep working. See each function.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::net::SocketAddr;
+
+use crate::hotkeys::HotKeysReport;
+use crate::snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot};
+
+/// Hot keys listed when `stats hotkeys` / `/hotkeys` give no count.
+pub const DEFAULT_HOT_KEYS: usize = 10;
+
+struct Stats {
+    out: Vec<u8>,
+}
+
+impl Stats {
+    fn new() -> Stats {
+        Stats {
+            out: Vec::with_capacity(1024),
+        }
+    }
+
+    fn stat(&mut self, name: impl Display, value: impl Display) {
+        let _ = write!(self.out, "STAT {name} {value}\r\n");
+    }
+
+    fn end(mut self) -> Vec<u8> {
+        self.out.extend_from_slice(b"END\r\n");
+        self.out
+    }
+}
+
+/// Any `(name, value)` list as `STAT` lines plus `END` (for `stats settings`, say).
+pub fn render_stat_lines<N: Display, V: Display>(
+    pairs: impl IntoIterator<Item = (N, V)>,
+) -> Vec<u8> {
+    let mut s = Stats::new();
+    for (name, value) in pairs {
+        s.stat(name, value);
+    }
+    s.end()
+}
+
+/// Plain `stats`: memcached's general statistics (see [`general_stats`]).
+pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
+    render_stat_lines(general_stats(snap))
+}
+
+/// `stats items`: all of tern's items as class 1 (there are no size classes); printed only
+/// when items exist, as memcached prints only classes holding items.
+///
+/// `number` = items, `age` = age of the oldest live item, `mem_requested` = item bytes,
+/// `evicted`, `reclaimed` and `outofmemory` = the store's and commands' counts. tern tracks no
+/// per-item fetch flags, LRU crawler or HOT/WARM/COLD queues, so `evicted_nonzero`,
+/// `evicted_time`, `tailrepairs`, `expired_unfetched`, `evicted_unfetched`, `evicted_active`,
+/// `crawler_*`, `lrutail_reflocked`, `moves_*`, `direct_reclaims` and `hits_to_*` are 0; the
+/// segmented-LRU fields memcached omits when `lru_segmented` is off (`number_hot`, `age_hot`,
+/// ...) are omitted.
+pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
+    let mut s = Stats::new();
+    let store = &snap.store;
+    if store.items > 0 {
+        let m = MemcachedCounters::from_totals(&snap.totals());
+        let fields: [(&str, u64); 23] = [
+            ("number", store.items),
+            ("age", store.segments.oldest_item_age_seconds),
+            ("mem_requested", store.bytes),
+            ("evicted", store.evictions),
+            ("evicted_nonzero", 0),
+            ("evicted_time", 0),
+            ("outofmemory", m.store_no_memory),
+            ("tailrepairs", 0),
+            ("reclaimed", store.reclaimed),
+            ("expired_unfetched", 0),
+            ("evicted_unfetched", 0),
+            ("evicted_active", 0),
+            ("crawler_reclaimed", 0),
+            ("crawler_items_checked", 0),
+            ("lrutail_reflocked", 0),
+            ("moves_to_cold", 0),
+            ("moves_to_warm", 0),
+            ("moves_within_lru", 0),
+            ("direct_reclaims", 0),
+            ("hits_to_hot", 0),
+            ("hits_to_warm", 0),
+            ("hits_to_cold", 0),
+            ("hits_to_temp", 0),
+        ];
+        for (name, value) in fields {
+            s.stat(format_args!("items:1:{name}"), value);
+        }
+    }
+    s.end()
+}
+
+/// `stats slabs`: the segment heap shown as one slab class (id 1) whose pages are segments and
+/// whose chunks are whole segments: `chunk_size` = segment size, `chunks_per_page` = 1,
+/// `total_pages` = `total_chunks` = segments allocated, `used_chunks` = segments holding items,
+/// `free_chunks` = free segments, `free_chunks_end` = 0 (segments are handed out whole); the
+/// per-class hit counters are the server's totals, `active_slabs` is 1 (0 before any segment
+/// exists) and `total_malloced` is the segment heap's size.
+pub fn render_stats_slabs(snap: &Snapshot) -> Vec<u8> {
+    let mut s = Stats::new();
+    let seg = &snap.store.segments;
+    let active = seg.segments_total > 0;
+    if active {
+        let m = MemcachedCounters::from_totals(&snap.totals());
+        let fields: [(&str, u64); 15] = [
+            ("chunk_size", seg.segment_bytes),
+            ("chunks_per_page", 1),
+            ("total_pages", seg.segments_total),
+            ("total_chunks", seg.segments_total),
+            ("used_chunks", seg.segments_used()),
+            ("free_chunks", seg.segments_free),
+            ("free_chunks_end", 0),
+            ("get_hits", m.get_hits),
+            ("cmd_set", m.cmd_set),
+            ("delete_hits", m.delete_hits),
+            ("incr_hits", m.incr_hits),
+            ("decr_hits", m.decr_hits),
+            ("cas_hits", m.cas_hits),
+            ("cas_badval", m.cas_badval),
+            ("touch_hits", m.touch_hits),
+        ];
+        for (name, value) in fields {
+            s.stat(format_args!("1:{name}"), value);
+        }
+    }
+    s.stat("active_slabs", active as u8);
+    s.stat("total_malloced", seg.heap_bytes());
+    s.end()
+}
+
+/// `stats segments` (tern's own): the segment store's layout and churn.
+pub fn render_stats_segments(seg: &SegmentStats) -> Vec<u8> {
+    render_stat_lines([
+        ("segment_size", seg.segment_bytes),
+        ("segments_total", seg.segments_total),
+        ("segments_used", seg.segments_used()),
+        ("segments_free", seg.segments_free),
+        ("heap_bytes", seg.heap_bytes()),
+        ("live_bytes", seg.live_bytes),
+        ("dead_bytes", seg.dead_bytes),
+        ("segments_evicted", seg.segments_evicted),
+        ("segments_expired", seg.segments_expired),
+        ("oldest_item_age", seg.oldest_item_age_seconds),
+    ])
+}
+
+/// A socket address as memcached prints it in `stats conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnAddr {
+    /// `tcp:1.2.3.4:11211` or `tcp6:[::1]:11211`
+    Tcp(SocketAddr),
+    /// `udp:1.2.3.4:11211` or `udp6:[::1]:11211`
+    Udp(SocketAddr),
+    /// `unix:/path/to/socket`
+    Unix(String),
+}
+
+impl Display for ConnAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v6 = |a: &SocketAddr| if a.is_ipv6() { "6" } else { "" };
+        match self {
+            ConnAddr::Tcp(a) => write!(f, "tcp{}:{a}", v6(a)),
+            ConnAddr::Udp(a) => write!(f, "udp{}:{a}", v6(a)),
+            ConnAddr::Unix(path) => write!(f, "unix:{path}"),
+        }
+    }
+}
+
+/// A connection's state, named as memcached's `conn_*` states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// A listening socket.
+    Listening,
+    /// Between requests, about to parse the next one.
+    NewCmd,
+    /// Waiting for the socket to become readable.
+    Waiting,
+    /// Reading a request.
+    Read,
+    /// Parsing a request already read.
+    ParseCmd,
+    /// Writing a single response.
+    Write,
+    /// Reading a value's data block.
+    Nread,
+    /// Discarding the data block of a refused request.
+    Swallow,
+    /// Closing.
+    Closing,
+    /// Writing several queued responses.
+    Mwrite,
+}
+
+impl ConnState {
+    /// memcached's name for the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnState::Listening => "conn_listening",
+            ConnState::NewCmd => "conn_new_cmd",
+            ConnState::Waiting => "conn_waiting",
+            ConnState::Read => "conn_read",
+            ConnState::ParseCmd => "conn_parse_cmd",
+            ConnState::Write => "conn_write",
+            ConnState::Nread => "conn_nread",
+            ConnState::Swallow => "conn_swallow",
+            ConnState::Closing => "conn_closing",
+            ConnState::Mwrite => "conn_mwrite",
+        }
+    }
+}
+
+/// One line group of `stats conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The number memcached prints first: the socket's file descriptor.
+    pub fd: u64,
+    /// The peer's address (a listener's own address for listening sockets).
+    pub addr: ConnAddr,
+    /// The listener a client connection came in on; `None` for listeners.
+    pub listen_addr: Option<ConnAddr>,
+    /// What the connection is doing.
+    pub state: ConnState,
+    /// Seconds since its last command.
+    pub secs_since_last_cmd: u64,
+}
+
+/// `stats conns`: per connection `addr`, `listen_addr` (client connections only), `state`,
+/// `secs_since_last_cmd`, keyed by fd, in the order given.
+pub fn render_stats_conns(conns: &[ConnInfo]) -> Vec<u8> {
+    let mut s = Stats::new();
+    for c in conns {
+        s.stat(format_args!("{}:addr", c.fd), &c.addr);
+        if let Some(listen) = &c.listen_addr {
+            s.stat(format_args!("{}:listen_addr", c.fd), listen);
+        }
+        s.stat(format_args!("{}:state", c.fd), c.state.name());
+        s.stat(
+            format_args!("{}:secs_since_last_cmd", c.fd),
+            c.secs_since_last_cmd,
+        );
+    }
+    s.end()
+}
+
+/// `stats hotkeys [N]` (tern's own): the window and sampling, then per rank `r` from 1 the
+/// key (escaped as in [`HotKeysReport::to_json`]), its estimated requests over the window and
+/// its rate per second:
+///
+/// ```text
+/// STAT hotkeys_window_seconds 10.000
+/// STAT hotkeys_sample_every 64
+/// STAT hotkey:1:key user:42
+/// STAT hotkey:1:requests 51200
+/// STAT hotkey:1:rate 5120.0
+/// END
+/// ```
+pub fn render_stats_hotkeys(report: &HotKeysReport) -> Vec<u8> {
+    let mut s = Stats::new();
+    s.stat(
+        "hotkeys_window_seconds",
+        format_args!("{:.3}", report.window_seconds),
+    );
+    s.stat("hotkeys_sample_every", report.sample_every);
+    for (i, k) in report.keys.iter().enumerate() {
+        let rank = i + 1;
+        s.stat(format_args!("hotkey:{rank}:key"), k.key.escape_ascii());
+        s.stat(format_args!("hotkey:{rank}:requests"), k.estimated_requests);
+        s.stat(
+            format_args!("hotkey:{rank}:rate"),
+            format_args!("{:.1}", k.rate_per_second),
+        );
+    }
+    s.end()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hotkeys::HotKey;
+    use crate::snapshot::StoreStats;
+    use crate::worker::{Command, Outcome, WorkerMetrics};
+
+    fn text(b: Vec<u8>) -> String {
+        String::from_utf8(b).unwrap()
+    }
+
+    fn snapshot() -> Snapshot {
+        let w = WorkerMetrics::new();
+        w.record(Command::Get, Outcome::Hit, 1);
+        w.record(Command::Set, Outcome::Stored, 1);
+        w.record(Command::Set, Outcome::NoMemory, 1);
+        Snapshot {
+            workers: vec![w.snapshot()],
+            store: StoreStats {
+                items: 1,
+                bytes: 61,
+                reclaimed: 2,
+                segments: SegmentStats {
+                    segment_bytes: 1 << 20,
+                    segments_total: 4,
+                    segments_free: 3,
+                    ..SegmentStats::default()
+                },
+                ..StoreStats::default()
+            },
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn items_have_memcached_fields_in_order() {
+        let out = text(render_stats_items(&snapshot()));
+        let names: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("STAT items:1:"))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        // memcached 1.6.18's `stats items` with the segmented-LRU fields taken out.
+        let memcached =
+            "number age mem_requested evicted evicted_nonzero evicted_time outofmemory \
+            tailrepairs reclaimed expired_unfetched evicted_unfetched evicted_active \
+            crawler_reclaimed crawler_items_checked lrutail_reflocked moves_to_cold moves_to_warm \
+            moves_within_lru direct_reclaims hits_to_hot hits_to_warm hits_to_cold hits_to_temp";
+        assert_eq!(names, memcached.split_whitespace().collect::<Vec<_>>());
+        assert!(out.contains("STAT items:1:number 1\r\n"));
+        assert!(out.contains("STAT items:1:mem_requested 61\r\n"));
+        assert!(out.contains("STAT items:1:outofmemory 1\r\n"));
+        assert!(out.contains("STAT items:1:reclaimed 2\r\n"));
+        assert!(out.ends_with("END\r\n"));
+        assert_eq!(text(render_stats_items(&Snapshot::default())), "END\r\n");
+    }
+
+    #[test]
+    fn slabs_map_segments() {
+        let out = text(render_stats_slabs(&snapshot()));
+        let expected = "STAT 1:chunk_size 1048576\r\nSTAT 1:chunks_per_page 1\r\n\
+            STAT 1:total_pages 4\r\nSTAT 1:total_chunks 4\r\nSTAT 1:used_chunks 1\r\n\
+            STAT 1:free_chunks 3\r\nSTAT 1:free_chunks_end 0\r\nSTAT 1:get_hits 1\r\n\
+            STAT 1:cmd_set 2\r\nSTAT 1:delete_hits 0\r\nSTAT 1:incr_hits 0\r\n\
+            STAT 1:decr_hits 0\r\nSTAT 1:cas_hits 0\r\nSTAT 1:cas_badval 0\r\n\
+            STAT 1:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced 4194304\r\nEND\r\n";
+        assert_eq!(out, expected);
+        assert_eq!(
+            text(render_stats_slabs(&Snapshot::default())),
+            "STAT active_slabs 0\r\nSTAT total_malloced 0\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn conns_match_memcached_lines() {
+        let conns = [
+            ConnInfo {
+                fd: 24,
+                addr: ConnAddr::Tcp("[::]:21999".parse().unwrap()),
+                listen_addr: None,
+                state: ConnState::Listening,
+                secs_since_last_cmd: 0,
+            },
+            ConnInfo {
+                fd: 25,
+                addr: ConnAddr::Tcp("127.0.0.1:58932".parse().unwrap()),
+                listen_addr: Some(ConnAddr::Tcp("127.0.0.1:21999".parse().unwrap())),
+                state: ConnState::ParseCmd,
+                secs_since_last_cmd: 3,
+            },
+        ];
+        // As memcached 1.6.18 prints them.
+        let expected = "STAT 24:addr tcp6:[::]:21999\r\nSTAT 24:state conn_listening\r\n\
+            STAT 24:secs_since_last_cmd 0\r\nSTAT 25:addr tcp:127.0.0.1:58932\r\n\
+            STAT 25:listen_addr tcp:127.0.0.1:21999\r\nSTAT 25:state conn_parse_cmd\r\n\
+            STAT 25:secs_since_last_cmd 3\r\nEND\r\n";
+        assert_eq!(text(render_stats_conns(&conns)), expected);
+        assert_eq!(
+            ConnAddr::Unix("/tmp/mc.sock".into()).to_string(),
+            "unix:/tmp/mc.sock"
+        );
+    }
+
+    #[test]
+    fn segments_and_settings() {
+        let out = text(render_stats_segments(&snapshot().store.segments));
+        assert!(out.starts_with("STAT segment_size 1048576\r\nSTAT segments_total 4\r\n"));
+        assert!(out.contains("STAT segments_used 1\r\n"));
+        assert!(out.contains("STAT heap_bytes 4194304\r\n"));
+        assert_eq!(
+            text(render_stat_lines([
+                ("maxbytes", "67108864"),
+                ("evictions", "on")
+            ])),
+            "STAT maxbytes 67108864\r\nSTAT evictions on\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn hotkeys_lines() {
+        let report = HotKeysReport {
+            window_seconds: 10.0,
+            sample_every: 64,
+            keys: vec![HotKey {
+                key: b"user:42".to_vec(),
+                estimated_requests: 51_200,
+                rate_per_second: 5_120.0,
+            }],
+        };
+        assert_eq!(
+            text(render_stats_hotkeys(&report)),
+            "STAT hotkeys_window_seconds 10.000\r\nSTAT hotkeys_sample_every 64\r\n\
+             STAT hotkey:1:key user:42\r\nSTAT hotkey:1:requests 51200\r\n\
+             STAT hotkey:1:rate 5120.0\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn general_stats_render() {
+        let out = text(render_stats(&snapshot()));
+        assert!(out.starts_with("STAT pid 0\r\nSTAT uptime 0\r\n"));
+        assert!(out.contains("STAT cmd_set 2\r\n"));
+        assert!(out.contains("STAT store_no_memory 1\r\n"));
+        assert!(out.contains("STAT curr_items 1\r\n"));
+    }
+}

@@ -1,0 +1,364 @@
+//! The admin endpoint over real TCP on 127.0.0.1, with a fake source standing in for the server,
+//! and `/metrics` parsed by Python's `prometheus_client` (installed by .ci/run).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command as Process, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tern_admin::{
+    AdminServer, AdminSource, Command, HotKeyConfig, HotKeys, HotKeysReport, Outcome, SegmentStats,
+    Snapshot, StoreStats, WorkerMetrics,
+};
+
+struct FakeServer {
+    workers: Vec<WorkerMetrics>,
+    hot: HotKeys,
+}
+
+impl AdminSource for FakeServer {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            version: "0.1.0-test \"quoted\"".into(),
+            pid: 4242,
+            uptime_seconds: 17,
+            time_unix_seconds: 1_800_000_000,
+            rusage_user_seconds: 0.25,
+            rusage_system_seconds: 0.5,
+            max_connections: 1024,
+            accepting_connections: true,
+            workers: self.workers.iter().map(WorkerMetrics::snapshot).collect(),
+            store: StoreStats {
+                items: 3,
+                total_items: 5,
+                bytes: 300,
+                limit_bytes: 64 << 20,
+                evictions: 2,
+                reclaimed: 1,
+                segments: SegmentStats {
+                    segment_bytes: 1 << 20,
+                    segments_total: 8,
+                    segments_free: 6,
+                    live_bytes: 300,
+                    dead_bytes: 100,
+                    segments_evicted: 1,
+                    segments_expired: 4,
+                    oldest_item_age_seconds: 9,
+                },
+            },
+        }
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("maxbytes".into(), (64u64 << 20).to_string()),
+            ("num_threads".into(), "2".into()),
+        ]
+    }
+
+    fn hot_keys(&self, n: usize) -> HotKeysReport {
+        self.hot.top(n)
+    }
+
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The known sequence: what two workers would record for it.
+fn fake_server() -> FakeServer {
+    let w0 = WorkerMetrics::new();
+    let w1 = WorkerMetrics::new();
+    for _ in 0..3 {
+        w0.record(Command::Get, Outcome::Hit, 800);
+    }
+    w1.record(Command::Get, Outcome::Miss, 3_000);
+    w0.record(Command::Set, Outcome::Stored, 1_500);
+    w1.record(Command::Set, Outcome::Stored, 1_500);
+    w1.record(Command::Add, Outcome::NotStored, 900);
+    w0.record(Command::Cas, Outcome::Exists, 700);
+    w0.record(Command::Delete, Outcome::Miss, 400);
+    w0.record(Command::Incr, Outcome::Hit, 400);
+    w0.wakeup();
+    w0.wakeup();
+    w1.wakeup();
+    w0.read_bytes(1000);
+    w1.read_bytes(24);
+    w0.written_bytes(512);
+    w0.conn_opened();
+    w1.conn_opened();
+    w1.conn_opened();
+    w1.conn_closed();
+    let hot = HotKeys::new(HotKeyConfig {
+        sample_every: 1,
+        ..HotKeyConfig::default()
+    });
+    let mut s = hot.sampler();
+    for _ in 0..5 {
+        s.record(b"hot");
+    }
+    s.record(b"warm");
+    FakeServer {
+        workers: vec![w0, w1],
+        hot,
+    }
+}
+
+/// One HTTP/1.1 GET over a fresh TCP connection: (status, headers, body).
+fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+fn parse_with_prometheus_client(text: &str) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/parse_metrics.py");
+    let mut child = Process::new("python3")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client rejected /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The value of the sample `name` whose labels include all of `labels`.
+fn sample(families: &Value, family: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let samples = families[family]["samples"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no family {family}"));
+    samples
+        .iter()
+        .find(|s| s[0] == name && labels.iter().all(|(k, v)| s[1][*k] == *v))
+        .unwrap_or_else(|| panic!("no sample {name} {labels:?} in {family}"))[2]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
+    let server = AdminServer::start("127.0.0.1:0", Arc::new(fake_server())).unwrap();
+    let (status, head, body) = get(server.local_addr(), "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    let f = parse_with_prometheus_client(&body);
+
+    let cmd = |command: &str, status: &str| {
+        sample(
+            &f,
+            "memcached_commands",
+            "memcached_commands_total",
+            &[("command", command), ("status", status)],
+        )
+    };
+    assert_eq!(f["memcached_commands"]["type"], "counter");
+    assert_eq!(cmd("get", "hit"), 3.0);
+    assert_eq!(cmd("get", "miss"), 1.0);
+    assert_eq!(cmd("set", "hit"), 3.0); // set, set, add: memcached's cmd_set less cas
+    assert_eq!(cmd("cas", "badval"), 1.0);
+    assert_eq!(cmd("delete", "miss"), 1.0);
+    assert_eq!(cmd("incr", "hit"), 1.0);
+    assert_eq!(cmd("touch", "hit"), 0.0);
+
+    let one = |family: &str, name: &str| sample(&f, family, name, &[]);
+    assert_eq!(one("memcached_up", "memcached_up"), 1.0);
+    assert_eq!(
+        one("memcached_current_items", "memcached_current_items"),
+        3.0
+    );
+    assert_eq!(
+        one("memcached_items_evicted", "memcached_items_evicted_total"),
+        2.0
+    );
+    assert_eq!(
+        one(
+            "memcached_items_reclaimed",
+            "memcached_items_reclaimed_total"
+        ),
+        1.0
+    );
+    assert_eq!(
+        one("memcached_current_bytes", "memcached_current_bytes"),
+        300.0
+    );
+    assert_eq!(
+        one("memcached_limit_bytes", "memcached_limit_bytes"),
+        67108864.0
+    );
+    assert_eq!(
+        one(
+            "memcached_current_connections",
+            "memcached_current_connections"
+        ),
+        2.0
+    );
+    assert_eq!(
+        one("memcached_connections", "memcached_connections_total"),
+        3.0
+    );
+    assert_eq!(
+        one("memcached_read_bytes", "memcached_read_bytes_total"),
+        1024.0
+    );
+    assert_eq!(
+        one("memcached_written_bytes", "memcached_written_bytes_total"),
+        512.0
+    );
+    assert_eq!(
+        one("memcached_malloced_bytes", "memcached_malloced_bytes"),
+        8.0 * 1048576.0
+    );
+    assert_eq!(
+        sample(
+            &f,
+            "memcached_version",
+            "memcached_version",
+            &[("version", "0.1.0-test \"quoted\"")]
+        ),
+        1.0
+    );
+
+    assert_eq!(
+        sample(
+            &f,
+            "tern_commands",
+            "tern_commands_total",
+            &[("command", "add"), ("status", "not_stored")]
+        ),
+        1.0
+    );
+    assert_eq!(f["tern_command_duration_seconds"]["type"], "histogram");
+    let get_le = |le: &str| {
+        sample(
+            &f,
+            "tern_command_duration_seconds",
+            "tern_command_duration_seconds_bucket",
+            &[("command", "get"), ("le", le)],
+        )
+    };
+    assert_eq!(get_le("0.000000512"), 0.0);
+    assert_eq!(get_le("0.000001024"), 3.0); // the three 800 ns hits
+    assert_eq!(get_le("0.000004096"), 4.0); // and the 3 us miss
+    assert_eq!(get_le("+Inf"), 4.0);
+    let get_sum = sample(
+        &f,
+        "tern_command_duration_seconds",
+        "tern_command_duration_seconds_sum",
+        &[("command", "get")],
+    );
+    assert!((get_sum - 5.4e-6).abs() < 1e-12, "{get_sum}");
+    let worker = |family: &str, name: &str, w: &str| sample(&f, family, name, &[("worker", w)]);
+    assert_eq!(
+        worker("tern_worker_requests", "tern_worker_requests_total", "0"),
+        7.0
+    );
+    assert_eq!(
+        worker("tern_worker_requests", "tern_worker_requests_total", "1"),
+        3.0
+    );
+    assert_eq!(
+        worker("tern_worker_wakeups", "tern_worker_wakeups_total", "0"),
+        2.0
+    );
+    assert_eq!(
+        worker("tern_worker_connections", "tern_worker_connections", "1"),
+        1.0
+    );
+    assert_eq!(
+        sample(&f, "tern_segments", "tern_segments", &[("state", "used")]),
+        2.0
+    );
+    assert_eq!(
+        one("tern_segments_expired", "tern_segments_expired_total"),
+        4.0
+    );
+}
+
+#[test]
+fn json_text_and_error_routes() {
+    let server = AdminServer::start("127.0.0.1:0", Arc::new(fake_server())).unwrap();
+    let addr = server.local_addr();
+
+    let (status, head, body) = get(addr, "/stats");
+    assert_eq!(status, 200);
+    assert!(head
+        .to_ascii_lowercase()
+        .contains("content-type: application/json"));
+    let stats: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(stats["stats"]["cmd_get"], 4);
+    assert_eq!(stats["stats"]["get_hits"], 3);
+    assert_eq!(stats["stats"]["cmd_set"], 4);
+    assert_eq!(stats["stats"]["cas_badval"], 1);
+    assert_eq!(stats["stats"]["curr_connections"], 2);
+    assert_eq!(stats["stats"]["threads"], 2);
+    assert_eq!(stats["stats"]["rusage_system"], 0.5);
+    assert_eq!(stats["commands"]["get"]["outcomes"]["hit"], 3);
+    assert_eq!(stats["commands"]["get"]["latency"]["count"], 4);
+    assert_eq!(stats["commands"]["get"]["latency"]["p50_us_at_most"], 1.024);
+    assert_eq!(stats["workers"][1]["wakeups"], 1);
+    assert_eq!(stats["segments"]["segments_used"], 2);
+
+    assert_eq!(
+        get(addr, "/health"),
+        (200, get(addr, "/health").1, "OK\n".into())
+    );
+    let (status, _, body) = get(addr, "/version");
+    assert_eq!((status, body.as_str()), (200, "0.1.0-test \"quoted\"\n"));
+
+    let (status, _, body) = get(addr, "/settings");
+    assert_eq!(status, 200);
+    let settings: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(settings["maxbytes"], "67108864");
+    assert_eq!(settings["num_threads"], "2");
+
+    let (status, _, body) = get(addr, "/hotkeys?n=1");
+    assert_eq!(status, 200);
+    let hot: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(hot["sample_every"], 1);
+    assert_eq!(hot["keys"].as_array().unwrap().len(), 1);
+    assert_eq!(hot["keys"][0]["key"], "hot");
+    assert_eq!(hot["keys"][0]["estimated_requests"], 5);
+    let (_, _, body) = get(addr, "/hotkeys");
+    let hot: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(hot["keys"][1]["key"], "warm");
+
+    assert_eq!(get(addr, "/hotkeys?n=x").0, 400);
+    assert_eq!(get(addr, "/nope").0, 404);
+    assert_eq!(get(addr, "/").0, 404);
+    drop(server);
+    // tiny_http closes its listener from its accept thread once woken, so give it a moment.
+    let closed = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        TcpStream::connect(addr).is_err()
+    });
+    assert!(closed, "endpoint still listening after drop");
+}
