@@ -88,6 +88,26 @@ impl Snapshot {
     pub fn totals(&self) -> WorkerSnapshot {
         WorkerSnapshot::merge(&self.workers)
     }
+
+    /// This snapshot with its counters taken relative to `baseline`, an earlier snapshot saved
+    /// by `stats reset`: command, byte, connection, item, eviction and expiry counts restart
+    /// from the reset, while gauges (items, bytes, open connections, segments) and identity
+    /// fields stay as they are. For the `stats` family only: `/metrics` keeps raw counters, as
+    /// Prometheus counters must only go up.
+    pub fn since(&self, baseline: &Snapshot) -> Snapshot {
+        let mut d = self.clone();
+        for (w, b) in d.workers.iter_mut().zip(baseline.workers.iter()) {
+            *w = w.since(b);
+        }
+        let (st, bs) = (&mut d.store, &baseline.store);
+        st.total_items = st.total_items.saturating_sub(bs.total_items);
+        st.evictions = st.evictions.saturating_sub(bs.evictions);
+        st.reclaimed = st.reclaimed.saturating_sub(bs.reclaimed);
+        let (sg, bg) = (&mut st.segments, &bs.segments);
+        sg.segments_evicted = sg.segments_evicted.saturating_sub(bg.segments_evicted);
+        sg.segments_expired = sg.segments_expired.saturating_sub(bg.segments_expired);
+        d
+    }
 }
 
 /// The command counters memcached's `stats` reports, derived from tern's per-command outcomes
@@ -283,6 +303,37 @@ mod tests {
         assert!(series.contains(&("set", "hit", 3)));
         assert!(series.contains(&("flush", "hit", 1)));
         assert!(series.contains(&("cas", "badval", 1)));
+    }
+
+    #[test]
+    fn stats_reset_restarts_counters_not_gauges() {
+        let w = WorkerMetrics::new();
+        w.record(Command::Get, Outcome::Hit, 1);
+        w.conn_opened();
+        let before = Snapshot {
+            workers: vec![w.snapshot()],
+            store: StoreStats {
+                items: 5,
+                total_items: 5,
+                evictions: 1,
+                ..StoreStats::default()
+            },
+            ..Snapshot::default()
+        };
+        w.record(Command::Get, Outcome::Miss, 1);
+        let mut now = before.clone();
+        now.workers = vec![w.snapshot()];
+        now.store.total_items = 7;
+        now.store.items = 6;
+        let d = now.since(&before);
+        let m = MemcachedCounters::from_totals(&d.totals());
+        assert_eq!((m.get_hits, m.get_misses), (0, 1));
+        assert_eq!(d.totals().conns_opened, 0);
+        assert_eq!(d.totals().current_connections(), 1);
+        assert_eq!(
+            (d.store.items, d.store.total_items, d.store.evictions),
+            (6, 2, 0)
+        );
     }
 
     #[test]

@@ -266,8 +266,11 @@ impl WorkerMetrics {
         s.wakeups = self.wakeups.get();
         s.bytes_read = self.bytes_read.get();
         s.bytes_written = self.bytes_written.get();
+        // Closed before opened: a connection opening and closing between the two loads then
+        // shows as open for one read rather than underflowing the count.
+        let closed = self.conns_closed.get();
         s.conns_opened = self.conns_opened.get();
-        s.conns_closed = self.conns_closed.get();
+        s.conns_current = s.conns_opened.saturating_sub(closed);
         s.conns_rejected = self.conns_rejected.get();
         s
     }
@@ -330,8 +333,8 @@ pub struct WorkerSnapshot {
     pub bytes_written: u64,
     /// Connections opened.
     pub conns_opened: u64,
-    /// Connections closed.
-    pub conns_closed: u64,
+    /// Connections open at the time of the read.
+    pub conns_current: u64,
     /// Connections rejected over the limit.
     pub conns_rejected: u64,
 }
@@ -345,7 +348,7 @@ impl Default for WorkerSnapshot {
             bytes_read: 0,
             bytes_written: 0,
             conns_opened: 0,
-            conns_closed: 0,
+            conns_current: 0,
             conns_rejected: 0,
         }
     }
@@ -367,9 +370,32 @@ impl WorkerSnapshot {
         self.commands.iter().flatten().sum()
     }
 
-    /// Connections open now (opened minus closed).
+    /// Connections open at the time of the read.
     pub fn current_connections(&self) -> u64 {
-        self.conns_opened.saturating_sub(self.conns_closed)
+        self.conns_current
+    }
+
+    /// The counters accumulated since `baseline` was read (an earlier read of the same worker),
+    /// for memcached's `stats reset`; the open-connection gauge is kept as it is.
+    pub fn since(&self, baseline: &WorkerSnapshot) -> WorkerSnapshot {
+        let mut d = self.clone();
+        for (a, b) in d.commands.iter_mut().zip(baseline.commands.iter()) {
+            for (x, y) in a.iter_mut().zip(b.iter()) {
+                *x = x.saturating_sub(*y);
+            }
+        }
+        for (a, b) in d.latency.iter_mut().zip(baseline.latency.iter()) {
+            for (x, y) in a.buckets.iter_mut().zip(b.buckets.iter()) {
+                *x = x.saturating_sub(*y);
+            }
+            a.sum_nanos = a.sum_nanos.saturating_sub(b.sum_nanos);
+        }
+        d.wakeups = d.wakeups.saturating_sub(baseline.wakeups);
+        d.bytes_read = d.bytes_read.saturating_sub(baseline.bytes_read);
+        d.bytes_written = d.bytes_written.saturating_sub(baseline.bytes_written);
+        d.conns_opened = d.conns_opened.saturating_sub(baseline.conns_opened);
+        d.conns_rejected = d.conns_rejected.saturating_sub(baseline.conns_rejected);
+        d
     }
 
     /// The sum of `workers`: how the admin side merges on read.
@@ -388,7 +414,7 @@ impl WorkerSnapshot {
             total.bytes_read += w.bytes_read;
             total.bytes_written += w.bytes_written;
             total.conns_opened += w.conns_opened;
-            total.conns_closed += w.conns_closed;
+            total.conns_current += w.conns_current;
             total.conns_rejected += w.conns_rejected;
         }
         total
@@ -441,6 +467,18 @@ mod tests {
         assert_eq!(total.wakeups, 1);
         assert_eq!((total.bytes_read, total.bytes_written), (10, 7));
         assert_eq!(total.current_connections(), 1);
+        assert_eq!(total.conns_opened, 2);
+
+        let baseline = a.snapshot();
+        a.record(Command::Get, Outcome::Hit, 5_000);
+        a.conn_opened();
+        let since = a.snapshot().since(&baseline);
+        assert_eq!(since.get(Command::Get, Outcome::Hit), 1);
+        assert_eq!(since.get(Command::Get, Outcome::Miss), 0);
+        assert_eq!(since.latency[Command::Get as usize].sum_nanos, 5_000);
+        assert_eq!(since.wakeups, 0);
+        assert_eq!(since.conns_opened, 1);
+        assert_eq!(since.current_connections(), 2);
         let get = total.latency[Command::Get as usize];
         assert_eq!(get.count(), 2);
         assert_eq!(get.sum_nanos, 2_500);
