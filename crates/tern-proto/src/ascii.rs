@@ -1,1 +1,822 @@
-//! The classic ASCII (text) protocol.
+//! The classic ASCII (text) protocol, server side: split request lines into commands and encode
+//! replies. No I/O and no allocation: commands borrow the caller's read buffer.
+//!
+//! The rules follow memcached 1.6's `proto_text.c` (Debian's 1.6.18 is the reference peer): tokens
+//! are separated by single spaces (runs of spaces collapse, tabs belong to tokens), a line ends at
+//! `\n` with an optional `\r` before it, at most 24 tokens are looked at except for the keys of a
+//! get, and each command checks its token count before anything else (`ERROR`), then `noreply`,
+//! then its arguments (`CLIENT_ERROR ...`, silenced by `noreply` like every reply of that command).
+
+/// Longest key memcached accepts.
+pub const KEY_MAX_LENGTH: usize = 250;
+
+/// memcached closes a connection whose pending line has no `\n` after this many bytes, unless the
+/// line is a get/gets (multi-key gets may be long).
+pub const MAX_LINE_WITHOUT_NEWLINE: usize = 2048;
+
+/// memcached looks at this many tokens (the last one being the unparsed rest of the line).
+const MAX_TOKENS: usize = 24;
+
+/// The write commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// One parsed request line. Storage commands are followed by `bytes` of data and `\r\n`, which
+/// the caller reads with [`data_block`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// get/gets (`touch: None`) and gat/gats (`touch: Some(exptime)`).
+    Get {
+        keys: Keys<'a>,
+        with_cas: bool,
+        touch: Option<i64>,
+    },
+    Store {
+        kind: StoreKind,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i64,
+        bytes: usize,
+        cas_unique: u64,
+        noreply: bool,
+    },
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+        noreply: bool,
+    },
+    /// `delay` is memcached's exptime rule (0 or negative = now).
+    FlushAll {
+        delay: i64,
+        noreply: bool,
+    },
+    Version,
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
+    /// `stats [subcommand [args...]]`: `args` holds everything after `stats`.
+    Stats {
+        args: Keys<'a>,
+    },
+    Quit,
+    /// `shutdown [graceful]`; the mode is checked only when shutdown is enabled (`-A`), as in
+    /// memcached.
+    Shutdown {
+        mode: ShutdownMode,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    Now,
+    Graceful,
+    Invalid,
+}
+
+/// A command line that gets an error reply instead of running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reply: &'static [u8],
+    /// The line asked for `noreply`: memcached sends nothing, not even the error.
+    pub noreply: bool,
+}
+
+pub const ERROR: &[u8] = b"ERROR\r\n";
+pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+pub const BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
+pub const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
+pub const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
+pub const BAD_DELETE: &[u8] =
+    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+pub const OUT_OF_MEMORY_STORING: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory\r\n";
+pub const FLUSH_DISABLED: &[u8] = b"CLIENT_ERROR flush_all not allowed\r\n";
+pub const SHUTDOWN_DISABLED: &[u8] = b"ERROR: shutdown not enabled\r\n";
+pub const BAD_SHUTDOWN: &[u8] = b"CLIENT_ERROR invalid shutdown mode\r\n";
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+pub const STORED: &[u8] = b"STORED\r\n";
+pub const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
+pub const EXISTS: &[u8] = b"EXISTS\r\n";
+pub const NOT_FOUND: &[u8] = b"NOT_FOUND\r\n";
+pub const DELETED: &[u8] = b"DELETED\r\n";
+pub const TOUCHED: &[u8] = b"TOUCHED\r\n";
+pub const OK: &[u8] = b"OK\r\n";
+pub const END: &[u8] = b"END\r\n";
+pub const RESET: &[u8] = b"RESET\r\n";
+
+/// What the front of a read buffer holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// No complete line yet: read more.
+    Incomplete,
+    /// A line without `\n` grew past what memcached tolerates: close the connection.
+    LineTooLong,
+    /// A complete line of `consumed` bytes (newline included).
+    Line {
+        consumed: usize,
+        parsed: Result<Command<'a>, Rejection>,
+    },
+}
+
+/// Finds the first request line in `buf` and parses it. `max_line` bounds a get/gets line still
+/// waiting for its newline.
+pub fn parse(buf: &[u8], max_line: usize) -> Frame<'_> {
+    let Some(newline) = memchr(b'\n', buf) else {
+        return if buf.len() > MAX_LINE_WITHOUT_NEWLINE && !may_grow_long(buf, max_line) {
+            Frame::LineTooLong
+        } else {
+            Frame::Incomplete
+        };
+    };
+    let mut line = &buf[..newline];
+    if line.len() > 1 && line[line.len() - 1] == b'\r' {
+        line = &line[..line.len() - 1];
+    }
+    // memcached handles the line as a C string: a NUL ends it.
+    if let Some(nul) = memchr(0, line) {
+        line = &line[..nul];
+    }
+    Frame::Line {
+        consumed: newline + 1,
+        parsed: parse_line(line),
+    }
+}
+
+/// memcached lets only get/gets lines (after at most 100 leading spaces) run past 2048 bytes.
+fn may_grow_long(buf: &[u8], max_line: usize) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    spaces <= 100
+        && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+        && buf.len() <= max_line
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+/// Space-separated tokens of part of a line (keys of a get, arguments of stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Keys<'a> {
+    pub fn new(rest: &'a [u8]) -> Keys<'a> {
+        Keys { rest }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rest.iter().all(|&b| b == b' ')
+    }
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let start = self.rest.iter().position(|&b| b != b' ')?;
+        let rest = &self.rest[start..];
+        let end = memchr(b' ', rest).unwrap_or(rest.len());
+        self.rest = &rest[end..];
+        Some(&rest[..end])
+    }
+}
+
+/// The first tokens of a line, as memcached's tokenizer sees them: up to 23 tokens, then the
+/// unparsed rest; `count` is memcached's `ntokens` (the tokens plus the terminal one).
+struct Tokens<'a> {
+    tokens: [&'a [u8]; MAX_TOKENS],
+    count: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn split(line: &'a [u8]) -> Tokens<'a> {
+        let mut tokens = [&line[..0]; MAX_TOKENS];
+        let mut n = 0;
+        let mut keys = Keys::new(line);
+        while n < MAX_TOKENS - 1 {
+            match keys.next() {
+                Some(token) => {
+                    tokens[n] = token;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Tokens {
+            tokens,
+            count: n + 1,
+        }
+    }
+
+    fn get(&self, i: usize) -> &'a [u8] {
+        self.tokens[i]
+    }
+
+    /// memcached's `set_noreply_maybe`: the last real token is `noreply`.
+    fn noreply(&self) -> bool {
+        self.count >= 2 && self.tokens[self.count - 2] == b"noreply"
+    }
+}
+
+fn reject(reply: &'static [u8], noreply: bool) -> Result<Command<'static>, Rejection> {
+    Err(Rejection { reply, noreply })
+}
+
+/// Parses one request line (without its line ending).
+pub fn parse_line(line: &[u8]) -> Result<Command<'_>, Rejection> {
+    let t = Tokens::split(line);
+    let n = t.count;
+    let cmd = t.get(0);
+    if n < 2 || cmd.len() < 2 {
+        return reject(ERROR, false);
+    }
+    let want = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            reject(ERROR, false).map(|_| ())
+        }
+    };
+    match cmd {
+        b"get" | b"gets" | b"gat" | b"gats" => {
+            want(n >= 3)?;
+            let with_cas = cmd.len() == 4;
+            let start = |token: &[u8]| token.as_ptr() as usize - line.as_ptr() as usize;
+            if cmd.starts_with(b"gat") {
+                let Some(exptime) = parse_i32(t.get(1)) else {
+                    return reject(BAD_EXPTIME, false);
+                };
+                // `gat 10` has no keys: memcached answers a bare `END`.
+                let keys = if n < 4 {
+                    Keys::new(&[])
+                } else {
+                    Keys::new(&line[start(t.get(2))..])
+                };
+                Ok(Command::Get {
+                    keys,
+                    with_cas,
+                    touch: Some(exptime),
+                })
+            } else {
+                let keys = Keys::new(&line[start(t.get(1))..]);
+                Ok(Command::Get {
+                    keys,
+                    with_cas,
+                    touch: None,
+                })
+            }
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            let (kind, base) = match cmd {
+                b"set" => (StoreKind::Set, 6),
+                b"add" => (StoreKind::Add, 6),
+                b"replace" => (StoreKind::Replace, 6),
+                b"append" => (StoreKind::Append, 6),
+                b"prepend" => (StoreKind::Prepend, 6),
+                _ => (StoreKind::Cas, 7),
+            };
+            want(n == base || n == base + 1)?;
+            let noreply = t.noreply();
+            let key = t.get(1);
+            if key.len() > KEY_MAX_LENGTH {
+                return reject(BAD_FORMAT, noreply);
+            }
+            let (Some(flags), Some(exptime), Some(bytes)) = (
+                parse_u32(t.get(2)),
+                parse_i32(t.get(3)),
+                parse_i32(t.get(4)),
+            ) else {
+                return reject(BAD_FORMAT, noreply);
+            };
+            let cas_unique = if kind == StoreKind::Cas {
+                match parse_u64(t.get(5)) {
+                    Some(unique) => unique,
+                    None => return reject(BAD_FORMAT, noreply),
+                }
+            } else {
+                0
+            };
+            if bytes < 0 || bytes > i32::MAX as i64 - 2 {
+                return reject(BAD_FORMAT, noreply);
+            }
+            Ok(Command::Store {
+                kind,
+                key,
+                flags,
+                exptime,
+                bytes: bytes as usize,
+                cas_unique,
+                noreply,
+            })
+        }
+        b"incr" | b"decr" => {
+            want(n == 4 || n == 5)?;
+            let noreply = t.noreply();
+            let key = t.get(1);
+            if key.len() > KEY_MAX_LENGTH {
+                return reject(BAD_FORMAT, noreply);
+            }
+            let Some(delta) = parse_u64(t.get(2)) else {
+                return reject(BAD_DELTA, noreply);
+            };
+            Ok(Command::Arith {
+                incr: cmd == b"incr",
+                key,
+                delta,
+                noreply,
+            })
+        }
+        b"delete" => {
+            want((3..=5).contains(&n))?;
+            let mut noreply = false;
+            if n > 3 {
+                let hold_is_zero = t.get(2) == b"0";
+                noreply = t.noreply();
+                let valid =
+                    (n == 4 && (hold_is_zero || noreply)) || (n == 5 && hold_is_zero && noreply);
+                if !valid {
+                    return reject(BAD_DELETE, noreply);
+                }
+            }
+            let key = t.get(1);
+            if key.len() > KEY_MAX_LENGTH {
+                return reject(BAD_FORMAT, noreply);
+            }
+            Ok(Command::Delete { key, noreply })
+        }
+        b"touch" => {
+            want(n == 4 || n == 5)?;
+            let noreply = t.noreply();
+            let key = t.get(1);
+            if key.len() > KEY_MAX_LENGTH {
+                return reject(BAD_FORMAT, noreply);
+            }
+            let Some(exptime) = parse_i32(t.get(2)) else {
+                return reject(BAD_EXPTIME, noreply);
+            };
+            Ok(Command::Touch {
+                key,
+                exptime,
+                noreply,
+            })
+        }
+        b"flush_all" => {
+            want((2..=4).contains(&n))?;
+            let noreply = t.noreply();
+            let mut delay = 0;
+            if n != if noreply { 3 } else { 2 } {
+                match parse_i32(t.get(1)) {
+                    Some(d) => delay = d,
+                    None => return reject(BAD_EXPTIME, noreply),
+                }
+            }
+            Ok(Command::FlushAll { delay, noreply })
+        }
+        b"version" => Ok(Command::Version),
+        b"quit" => Ok(Command::Quit),
+        b"verbosity" => {
+            want(n == 3 || n == 4)?;
+            let noreply = t.noreply();
+            match parse_u32(t.get(1)) {
+                Some(level) => Ok(Command::Verbosity { level, noreply }),
+                None => reject(BAD_FORMAT, noreply),
+            }
+        }
+        b"stats" => {
+            let start = t.get(0).as_ptr() as usize - line.as_ptr() as usize + 5;
+            Ok(Command::Stats {
+                args: Keys::new(&line[start..]),
+            })
+        }
+        b"shutdown" => Ok(Command::Shutdown {
+            mode: match n {
+                2 => ShutdownMode::Now,
+                3 if t.get(1) == b"graceful" => ShutdownMode::Graceful,
+                _ => ShutdownMode::Invalid,
+            },
+        }),
+        _ => reject(ERROR, false),
+    }
+}
+
+/// The data block of a storage command: `bytes` of value then `\r\n`, at the front of `buf`.
+/// `None` until all of it has arrived; `Err` when it does not end in `\r\n` (memcached consumes
+/// the block anyway and answers `CLIENT_ERROR bad data chunk`).
+pub fn data_block(buf: &[u8], bytes: usize) -> Option<Result<&[u8], ()>> {
+    let block = buf.get(..bytes + 2)?;
+    Some(if block.ends_with(b"\r\n") {
+        Ok(&block[..bytes])
+    } else {
+        Err(())
+    })
+}
+
+/// C's `isspace` in the "C" locale.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// C's `strtoull`/`strtoll` prefix: white space, a sign, decimal digits. Returns the sign, the
+/// magnitude (saturated: `None` on overflow, which C reports as ERANGE), and the rest.
+fn c_number(token: &[u8]) -> Option<(bool, Option<u64>, &[u8])> {
+    let spaces = token.iter().take_while(|&&b| is_c_space(b)).count();
+    let mut s = &token[spaces..];
+    let mut negative = false;
+    if let Some((&sign, rest)) = s.split_first() {
+        if sign == b'-' || sign == b'+' {
+            negative = sign == b'-';
+            s = rest;
+        }
+    }
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut value: Option<u64> = Some(0);
+    for &d in &s[..digits] {
+        value = value
+            .and_then(|v| v.checked_mul(10))
+            .and_then(|v| v.checked_add(u64::from(d - b'0')));
+    }
+    let rest = &s[digits..];
+    // memcached accepts a number followed by white space or the end of the token.
+    if let Some(&after) = rest.first() {
+        if !is_c_space(after) {
+            return None;
+        }
+    }
+    Some((negative, value, rest))
+}
+
+/// memcached's `safe_strtoull`: 64-bit unsigned, no negative numbers.
+pub fn parse_u64(token: &[u8]) -> Option<u64> {
+    let (negative, value, _) = c_number(token)?;
+    let value = value?;
+    // strtoull negates a "-N"; memcached rejects the result only when it looks negative as i64.
+    if negative {
+        let wrapped = value.wrapping_neg();
+        return if (wrapped as i64) < 0 {
+            None
+        } else {
+            Some(wrapped)
+        };
+    }
+    if (value as i64) < 0 && token.contains(&b'-') {
+        return None;
+    }
+    Some(value)
+}
+
+/// memcached's `safe_strtoul` into 32 bits (client flags, verbosity): strtoul on a 64-bit
+/// machine, then truncated to 32 bits.
+pub fn parse_u32(token: &[u8]) -> Option<u32> {
+    parse_u64(token).map(|v| v as u32)
+}
+
+/// memcached's `safe_strtol` into an `int32_t`: strtol, refused above `INT_MAX`, then truncated
+/// to 32 bits (so very negative numbers wrap, as in memcached).
+pub fn parse_i32(token: &[u8]) -> Option<i64> {
+    let (negative, value, _) = c_number(token)?;
+    let magnitude = value?;
+    let value: i64 = if negative {
+        if magnitude > i64::MAX as u64 + 1 {
+            return None;
+        }
+        (magnitude as i64).wrapping_neg()
+    } else {
+        if magnitude > i64::MAX as u64 {
+            return None;
+        }
+        magnitude as i64
+    };
+    if value > i32::MAX as i64 {
+        return None;
+    }
+    Some(i64::from(value as i32))
+}
+
+/// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n<value>\r\n`.
+#[inline]
+pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
+    let mut num = itoa::Buffer::new();
+    out.reserve(key.len() + value.len() + 48);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    out.extend_from_slice(num.format(flags).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(num.format(value.len()).as_bytes());
+    if let Some(cas) = cas {
+        out.push(b' ');
+        out.extend_from_slice(num.format(cas).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a number and `\r\n` (the reply to incr/decr).
+pub fn encode_number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `STAT <name> <value>\r\n`.
+pub fn encode_stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "STAT {name} {value}\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(s: &str) -> Result<Command<'_>, Rejection> {
+        parse_line(s.as_bytes())
+    }
+
+    fn rejected(s: &str) -> &'static [u8] {
+        line(s).expect_err(s).reply
+    }
+
+    fn keys(k: Keys<'_>) -> Vec<&[u8]> {
+        k.collect()
+    }
+
+    #[test]
+    fn frames_wait_for_the_newline_and_strip_cr() {
+        assert_eq!(parse(b"get a", 1 << 20), Frame::Incomplete);
+        assert_eq!(parse(b"", 1 << 20), Frame::Incomplete);
+        let Frame::Line { consumed, parsed } = parse(b"version\r\nget a", 1 << 20) else {
+            panic!()
+        };
+        assert_eq!((consumed, parsed), (9, Ok(Command::Version)));
+        let Frame::Line { consumed, parsed } = parse(b"version\n", 1 << 20) else {
+            panic!()
+        };
+        assert_eq!((consumed, parsed), (8, Ok(Command::Version)));
+    }
+
+    #[test]
+    fn long_lines_close_unless_a_get() {
+        let junk = vec![b'x'; MAX_LINE_WITHOUT_NEWLINE + 1];
+        assert_eq!(parse(&junk, 1 << 20), Frame::LineTooLong);
+        let mut get = b"get ".to_vec();
+        get.resize(MAX_LINE_WITHOUT_NEWLINE + 1, b'k');
+        assert_eq!(parse(&get, 1 << 20), Frame::Incomplete);
+        assert_eq!(parse(&get, 2048), Frame::LineTooLong);
+    }
+
+    #[test]
+    fn get_family() {
+        let Ok(Command::Get {
+            keys: k,
+            with_cas,
+            touch,
+        }) = line("get a  bb ccc")
+        else {
+            panic!()
+        };
+        assert_eq!(keys(k), [&b"a"[..], b"bb", b"ccc"]);
+        assert!(!with_cas && touch.is_none());
+        let Ok(Command::Get {
+            keys: k,
+            with_cas,
+            touch,
+        }) = line("gats 100 x y")
+        else {
+            panic!()
+        };
+        assert_eq!(keys(k), [&b"x"[..], b"y"]);
+        assert!(with_cas);
+        assert_eq!(touch, Some(100));
+        assert_eq!(rejected("get"), ERROR);
+        let Ok(Command::Get { keys: k, .. }) = line("gat 10") else {
+            panic!()
+        };
+        assert!(k.is_empty());
+        assert_eq!(rejected("gat x k"), BAD_EXPTIME);
+        let many: String = (0..100).map(|i| format!(" k{i}")).collect();
+        let long_get = format!("get{many}");
+        let Ok(Command::Get { keys: k, .. }) = parse_line(long_get.as_bytes()) else {
+            panic!()
+        };
+        assert_eq!(k.count(), 100);
+    }
+
+    #[test]
+    fn storage_commands() {
+        assert_eq!(
+            line("set k 5 10 3"),
+            Ok(Command::Store {
+                kind: StoreKind::Set,
+                key: b"k",
+                flags: 5,
+                exptime: 10,
+                bytes: 3,
+                cas_unique: 0,
+                noreply: false
+            })
+        );
+        let Ok(Command::Store {
+            kind,
+            cas_unique,
+            noreply,
+            ..
+        }) = line("cas k 0 0 1 77 noreply")
+        else {
+            panic!()
+        };
+        assert_eq!((kind, cas_unique, noreply), (StoreKind::Cas, 77, true));
+        for cmd in ["add", "replace", "append", "prepend"] {
+            assert!(line(&format!("{cmd} k 0 0 1")).is_ok(), "{cmd}");
+        }
+        assert_eq!(rejected("set k 0 0"), ERROR);
+        assert_eq!(rejected("cas k 0 0 1"), ERROR);
+        assert_eq!(rejected("set k 0 0 1 2 3"), ERROR);
+        assert_eq!(rejected("set k x 0 1"), BAD_FORMAT);
+        assert_eq!(rejected("set k -1 0 1"), BAD_FORMAT);
+        assert_eq!(rejected("set k 0 0 -1"), BAD_FORMAT);
+        assert_eq!(rejected("cas k 0 0 1 x"), BAD_FORMAT);
+        assert_eq!(
+            rejected(&format!("set {} 0 0 1", "k".repeat(251))),
+            BAD_FORMAT
+        );
+        assert!(line(&format!("set {} 0 0 1", "k".repeat(250))).is_ok());
+        let err = line("set k x 0 1 noreply").unwrap_err();
+        assert!(err.noreply);
+        let Ok(Command::Store { exptime, .. }) = line("set k 0 -1 1") else {
+            panic!()
+        };
+        assert_eq!(exptime, -1);
+        let Ok(Command::Store { flags, .. }) = line("set k 4294967295 0 1") else {
+            panic!()
+        };
+        assert_eq!(flags, u32::MAX);
+    }
+
+    #[test]
+    fn delete_incr_touch() {
+        assert_eq!(
+            line("delete k"),
+            Ok(Command::Delete {
+                key: b"k",
+                noreply: false
+            })
+        );
+        assert!(line("delete k 0").is_ok());
+        assert_eq!(
+            line("delete k 0 noreply"),
+            Ok(Command::Delete {
+                key: b"k",
+                noreply: true
+            })
+        );
+        assert_eq!(rejected("delete k 1"), BAD_DELETE);
+        assert_eq!(rejected("delete"), ERROR);
+        assert_eq!(
+            line("incr n 18446744073709551615"),
+            Ok(Command::Arith {
+                incr: true,
+                key: b"n",
+                delta: u64::MAX,
+                noreply: false
+            })
+        );
+        assert_eq!(rejected("decr n x"), BAD_DELTA);
+        assert_eq!(rejected("incr n -1"), BAD_DELTA);
+        assert_eq!(rejected("incr n 18446744073709551616"), BAD_DELTA);
+        assert_eq!(rejected("incr n"), ERROR);
+        assert_eq!(
+            line("touch k 10 noreply"),
+            Ok(Command::Touch {
+                key: b"k",
+                exptime: 10,
+                noreply: true
+            })
+        );
+        assert_eq!(rejected("touch k x"), BAD_EXPTIME);
+    }
+
+    #[test]
+    fn admin_commands() {
+        assert_eq!(
+            line("flush_all"),
+            Ok(Command::FlushAll {
+                delay: 0,
+                noreply: false
+            })
+        );
+        assert_eq!(
+            line("flush_all 10 noreply"),
+            Ok(Command::FlushAll {
+                delay: 10,
+                noreply: true
+            })
+        );
+        assert_eq!(
+            line("flush_all noreply"),
+            Ok(Command::FlushAll {
+                delay: 0,
+                noreply: true
+            })
+        );
+        assert_eq!(rejected("flush_all x"), BAD_EXPTIME);
+        assert_eq!(line("version"), Ok(Command::Version));
+        assert_eq!(line("quit"), Ok(Command::Quit));
+        assert_eq!(
+            line("verbosity 1"),
+            Ok(Command::Verbosity {
+                level: 1,
+                noreply: false
+            })
+        );
+        assert_eq!(rejected("verbosity"), ERROR);
+        let Ok(Command::Stats { args }) = line("stats settings") else {
+            panic!()
+        };
+        assert_eq!(keys(args), [&b"settings"[..]]);
+        let Ok(Command::Stats { args }) = line("stats") else {
+            panic!()
+        };
+        assert!(args.is_empty());
+        assert_eq!(
+            line("shutdown graceful"),
+            Ok(Command::Shutdown {
+                mode: ShutdownMode::Graceful
+            })
+        );
+        assert_eq!(
+            line("shutdown now"),
+            Ok(Command::Shutdown {
+                mode: ShutdownMode::Invalid
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_and_short_commands_are_errors() {
+        for bad in ["", "x", "bogus", "mg k v", "GET k", "   "] {
+            assert_eq!(rejected(bad), ERROR, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_follow_c() {
+        assert_eq!(parse_i32(b"2147483647"), Some(2147483647));
+        assert_eq!(parse_i32(b"2147483648"), None);
+        assert_eq!(parse_i32(b"-5"), Some(-5));
+        assert_eq!(parse_i32(b"+5"), Some(5));
+        assert_eq!(parse_i32(b"5x"), None);
+        assert_eq!(parse_i32(b"5\t"), Some(5));
+        assert_eq!(parse_i32(b""), None);
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"-0"), Some(0));
+        assert_eq!(parse_u32(b"4294967296"), Some(0));
+    }
+
+    #[test]
+    fn data_blocks_need_crlf() {
+        assert_eq!(data_block(b"abc\r", 3), None);
+        assert_eq!(data_block(b"abc\r\nmore", 3), Some(Ok(&b"abc"[..])));
+        assert_eq!(data_block(b"abcde", 3), Some(Err(())));
+        assert_eq!(data_block(b"\r\n", 0), Some(Ok(&b""[..])));
+    }
+
+    #[test]
+    fn encoders() {
+        let mut out = Vec::new();
+        encode_value(&mut out, b"k", 3, b"xy", Some(9));
+        encode_value(&mut out, b"k", 0, b"", None);
+        encode_number(&mut out, 42);
+        encode_stat(&mut out, "pid", 7);
+        assert_eq!(
+            out,
+            b"VALUE k 3 2 9\r\nxy\r\nVALUE k 0 0\r\n\r\n42\r\nSTAT pid 7\r\n"
+        );
+    }
+}

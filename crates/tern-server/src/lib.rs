@@ -1,8 +1,156 @@
+//! tern's server: `tern serve`. Module map:
+//! - [`config`]: every option (memcached's flags, the TOML file) merged into [`Settings`];
+//! - [`net`]: listening sockets and client streams;
+//! - [`worker`]: one mio event loop per thread, accepting and driving connections;
+//! - [`conn`]: a connection's buffers, pipelining, `-R` and backpressure;
+//! - [`exec`]: the command executor (store calls, counters, replies) and the shared state;
+//! - [`stats`]: per-worker counters, summed when `stats` is read.
+
+pub mod config;
+pub mod conn;
+pub mod exec;
+pub mod net;
+mod process;
+pub mod stats;
+pub mod worker;
+
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
-#[derive(clap::Args, Debug)]
-pub struct ServeArgs {}
+use anyhow::Context;
+pub use config::{ServeArgs, Settings};
+use mio::{Poll, Waker};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use tern_store::{Clock, Config, Eviction, Store};
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+use crate::exec::Shared;
+use crate::worker::{Worker, WAKER};
+
+/// How often the background thread asks the store to reclaim expired items.
+const RECLAIM_EVERY_SECS: u64 = 10;
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if args.version {
+        println!("tern {}", env!("CARGO_PKG_VERSION"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut settings = Settings::from_args(&args)?;
+    init_logging(settings.verbose);
+    settings.absolutize_paths()?;
+
+    // Sockets first, so a port in use is reported on the terminal even with -d.
+    let mut per_worker: Vec<Vec<net::Listener>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
+    for addr in settings.listen_addrs()? {
+        let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
+        for (worker, listener) in listeners.into_iter().enumerate() {
+            per_worker[worker].push(listener);
+        }
+        tracing::info!("listening on {addr}");
+    }
+    if let Some(path) = &settings.unix_socket {
+        // One listener suffices: unix clients are local and few.
+        per_worker[0].push(net::bind_unix(path, settings.unix_mask)?);
+        tracing::info!("listening on {}", path.display());
+    }
+
+    if settings.daemon {
+        process::daemonize(settings.verbose > 0)?;
+    }
+    if let Some(user) = &settings.user {
+        process::drop_privileges(user)?;
+    }
+    let _pidfile = match &settings.pidfile {
+        Some(path) => Some(process::PidFile::create(path)?),
+        None => None,
+    };
+
+    let clock = Arc::new(Clock::system());
+    let store = Store::new(
+        Config {
+            heap_bytes: settings.memory_limit_mb << 20,
+            max_item_size: settings.max_item_size,
+            eviction: if settings.disable_evictions {
+                Eviction::None
+            } else {
+                Eviction::default()
+            },
+            cas_enabled: !settings.disable_cas,
+            ..Config::default()
+        },
+        clock.clone(),
+    )?;
+    if settings.lock_memory {
+        process::lock_memory()?;
+    }
+
+    // Registered before any worker runs, so a signal is never lost.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing signal handlers")?;
+    let unix_socket = settings.unix_socket.clone();
+    let shared = Arc::new(Shared::new(settings, store));
+
+    let mut wakers = Vec::new();
+    let mut threads = Vec::new();
+    for (id, listeners) in per_worker.into_iter().enumerate() {
+        let poll = Poll::new()?;
+        wakers.push(Waker::new(poll.registry(), WAKER)?);
+        let worker = Worker::new(id, shared.clone(), poll, listeners)?;
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("tern-worker-{id}"))
+                .spawn(move || worker.run())?,
+        );
+    }
+    let clock_thread = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("tern-clock".into())
+            .spawn(move || tick_clock(&shared, &clock))?
+    };
+
+    let signal = signals.forever().next();
+    tracing::info!(?signal, "stopping: no new connections, finishing replies");
+    shared.shutdown.store(true, Ordering::SeqCst);
+    for waker in &wakers {
+        waker.wake()?;
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    clock_thread.thread().unpark();
+    let _ = clock_thread.join();
+    if let Some(path) = unix_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ticks the store's clock each second and reclaims expired items every few seconds.
+fn tick_clock(shared: &Shared, clock: &Clock) {
+    let mut ticks = 0u64;
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        std::thread::park_timeout(Duration::from_secs(1));
+        clock.tick();
+        ticks += 1;
+        if ticks % RECLAIM_EVERY_SECS == 0 {
+            shared.store.reclaim_expired();
+        }
+    }
+}
+
+/// Quiet by default (warnings and errors); -v info, -vv debug, -vvv trace.
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => tracing::Level::WARN,
+        1 => tracing::Level::INFO,
+        2 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .try_init();
 }

@@ -5,13 +5,16 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tern", version, about, propagate_version = true)]
+// `serve` has its own `-V` (memcached's flag), so the version flag is not propagated.
+#[command(name = "tern", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
+// Parsed once at start; the size of the largest option set does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the memcached-compatible cache server.
     Serve(tern_server::ServeArgs),

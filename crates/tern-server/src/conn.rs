@@ -1,0 +1,299 @@
+//! One client connection: a read buffer parsed in place (many requests per read, a request split
+//! at any byte waits for the rest, a large value grows the buffer once to its exact size), and a
+//! write buffer that collects every reply of a wake-up so they leave in one write.
+
+use std::io::{self, Read, Write};
+
+use tern_proto::ascii::{self, Command, Frame};
+
+use crate::exec::{After, Executor};
+use crate::net::Stream;
+
+/// Read buffer size for a new connection, and the size it returns to after a large value.
+const READ_BUFFER: usize = 16 * 1024;
+/// Read into the buffer only when at least this much room is free at its end (else compact).
+const MIN_READ_ROOM: usize = 4 * 1024;
+/// Buffers grown past this are given back once empty, so idle connections stay small.
+const BUFFER_KEEP: usize = 64 * 1024;
+/// Backpressure: with more unsent reply bytes than this, the connection reads and serves no
+/// further requests until the client has taken some.
+pub const WRITE_HIGH_WATER: usize = 1 << 20;
+
+/// What the event loop does with a connection after driving it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drive {
+    /// Keep it; `again` when it stopped with work left (the `-R` cap, or a full read buffer),
+    /// so the loop must serve it again without waiting for a new readiness edge.
+    Open {
+        again: bool,
+    },
+    Close,
+}
+
+pub struct Conn {
+    pub stream: Stream,
+    rbuf: Box<[u8]>,
+    /// Unparsed bytes are `rbuf[rstart..rend]`.
+    rstart: usize,
+    rend: usize,
+    /// Bytes the request at `rstart` needs in the buffer before it can run (0: unknown).
+    need: usize,
+    /// `need` is exact (a data block), so grow to it and no further.
+    need_exact: bool,
+    /// Data bytes still to skip after a value refused as too large.
+    swallow: usize,
+    wbuf: Vec<u8>,
+    wsent: usize,
+    close_after_write: bool,
+    peer_closed: bool,
+    /// Already in the worker's queue of connections to serve again.
+    pub queued: bool,
+}
+
+/// Per-call limits from the settings.
+pub struct Limits {
+    pub max_reqs_per_event: usize,
+    pub max_item_size: usize,
+    pub max_line: usize,
+}
+
+impl Conn {
+    pub fn new(stream: Stream) -> Conn {
+        Conn {
+            stream,
+            rbuf: vec![0; READ_BUFFER].into_boxed_slice(),
+            rstart: 0,
+            rend: 0,
+            need: 0,
+            need_exact: false,
+            swallow: 0,
+            wbuf: Vec::with_capacity(READ_BUFFER),
+            wsent: 0,
+            close_after_write: false,
+            peer_closed: false,
+            queued: false,
+        }
+    }
+
+    fn unsent(&self) -> usize {
+        self.wbuf.len() - self.wsent
+    }
+
+    pub fn has_unsent(&self) -> bool {
+        self.unsent() > 0
+    }
+
+    /// Stop serving: send what is queued, then close.
+    pub fn finish(&mut self) {
+        self.close_after_write = true;
+    }
+
+    /// Reads what the socket has, serves up to `-R` requests, and writes the replies.
+    pub fn drive(&mut self, exec: &Executor<'_>, limits: &Limits) -> Drive {
+        if self.flush(exec).is_err() {
+            return Drive::Close;
+        }
+        if self.close_after_write {
+            return if self.has_unsent() {
+                Drive::Open { again: false }
+            } else {
+                Drive::Close
+            };
+        }
+        if self.unsent() > WRITE_HIGH_WATER {
+            // Backpressure: the writable edge brings us back once the client reads.
+            return Drive::Open { again: false };
+        }
+        let mut buffer_full = false;
+        if !self.peer_closed {
+            match self.fill(exec) {
+                Ok(full) => buffer_full = full,
+                Err(_) => return Drive::Close,
+            }
+        }
+        let yielded = match self.serve(exec, limits) {
+            Some(yielded) => yielded,
+            None => return Drive::Close,
+        };
+        if self.flush(exec).is_err() {
+            return Drive::Close;
+        }
+        if self.close_after_write || (self.peer_closed && !yielded) {
+            // memcached closes on EOF; what the client sent before it is answered first.
+            self.close_after_write = true;
+            return if self.has_unsent() {
+                Drive::Open { again: false }
+            } else {
+                Drive::Close
+            };
+        }
+        let blocked = self.unsent() > WRITE_HIGH_WATER;
+        Drive::Open {
+            again: !blocked && (yielded || buffer_full),
+        }
+    }
+
+    /// Reads until the socket is drained or the buffer is full; true when it stopped full.
+    fn fill(&mut self, exec: &Executor<'_>) -> io::Result<bool> {
+        loop {
+            self.make_room();
+            if self.rend == self.rbuf.len() {
+                return Ok(true);
+            }
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => {
+                    self.peer_closed = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.rend += n;
+                    exec.counters.bytes_read.add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Makes room at the end of the read buffer: compacts unparsed bytes to the front, grows the
+    /// buffer for a request that needs more than it holds, shrinks it back once empty.
+    fn make_room(&mut self) {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > BUFFER_KEEP && self.need <= READ_BUFFER {
+                self.rbuf = vec![0; READ_BUFFER].into_boxed_slice();
+            }
+        }
+        let pending = self.rend - self.rstart;
+        let want = self.need.max(pending + 1);
+        if self.rbuf.len() - self.rend >= MIN_READ_ROOM && self.rbuf.len() - self.rstart >= want {
+            return;
+        }
+        if want > self.rbuf.len() {
+            // A data block grows the buffer to its exact size, once; a long line doubles it.
+            let size = if self.need_exact {
+                want
+            } else {
+                want.max(self.rbuf.len() * 2)
+            };
+            let mut grown = vec![0; size].into_boxed_slice();
+            grown[..pending].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
+            self.rbuf = grown;
+        } else {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+        }
+        self.rstart = 0;
+        self.rend = pending;
+    }
+
+    /// Serves buffered requests. `Some(true)` when it stopped at the `-R` cap with requests
+    /// left, `None` when the connection must close at once.
+    fn serve(&mut self, exec: &Executor<'_>, limits: &Limits) -> Option<bool> {
+        let mut served = 0;
+        loop {
+            if self.swallow > 0 {
+                let skip = self.swallow.min(self.rend - self.rstart);
+                self.rstart += skip;
+                self.swallow -= skip;
+                if self.swallow > 0 {
+                    return Some(false);
+                }
+            }
+            if self.rstart == self.rend || self.unsent() > WRITE_HIGH_WATER {
+                return Some(false);
+            }
+            if served == limits.max_reqs_per_event {
+                exec.counters.conn_yields.incr();
+                return Some(true);
+            }
+            let buf = &self.rbuf[self.rstart..self.rend];
+            let (consumed, parsed) = match ascii::parse(buf, limits.max_line) {
+                Frame::Incomplete => {
+                    self.need = buf.len() + 1;
+                    self.need_exact = false;
+                    return Some(false);
+                }
+                Frame::LineTooLong => return None,
+                Frame::Line { consumed, parsed } => (consumed, parsed),
+            };
+            self.need = 0;
+            served += 1;
+            match parsed {
+                Err(rejection) => {
+                    if !rejection.noreply {
+                        self.wbuf.extend_from_slice(rejection.reply);
+                    }
+                    self.rstart += consumed;
+                }
+                Ok(Command::Store {
+                    kind,
+                    key,
+                    flags,
+                    exptime,
+                    bytes,
+                    cas_unique,
+                    noreply,
+                }) => {
+                    if bytes > limits.max_item_size {
+                        exec.too_large(kind, key, noreply, &mut self.wbuf);
+                        self.rstart += consumed;
+                        self.swallow = bytes + 2;
+                        continue;
+                    }
+                    let Some(data) = ascii::data_block(&buf[consumed..], bytes) else {
+                        self.need = consumed + bytes + 2;
+                        self.need_exact = true;
+                        return Some(false);
+                    };
+                    exec.store(
+                        kind,
+                        key,
+                        flags,
+                        exptime,
+                        cas_unique,
+                        data,
+                        noreply,
+                        &mut self.wbuf,
+                    );
+                    self.rstart += consumed + bytes + 2;
+                }
+                Ok(cmd) => {
+                    let after = exec.execute(cmd, &mut self.wbuf);
+                    self.rstart += consumed;
+                    match after {
+                        After::Continue => {}
+                        After::CloseAfterWrite => {
+                            self.close_after_write = true;
+                            return Some(false);
+                        }
+                        After::CloseNow => return None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes queued replies until done or the socket is full.
+    pub fn flush(&mut self, exec: &Executor<'_>) -> io::Result<()> {
+        while self.wsent < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wsent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wsent += n;
+                    exec.counters.bytes_written.add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wsent = 0;
+        if self.wbuf.capacity() > BUFFER_KEEP {
+            self.wbuf = Vec::with_capacity(READ_BUFFER);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Sockets: TCP listeners (one SO_REUSEPORT socket per worker and address, so the kernel spreads
+//! new connections over the workers with no shared accept queue), the unix socket listener, and a
+//! stream type covering both.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::Context;
+use mio::event::Source;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+use socket2::{Domain, Socket, Type};
+
+/// A client connection, over TCP or a unix socket.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    #[inline]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+/// A listening socket owned by one worker.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Accepts one connection; `WouldBlock` when none is waiting.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept()?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn Source {
+        match self {
+            Listener::Tcp(l) => l,
+            Listener::Unix(l) => l,
+        }
+    }
+}
+
+/// Binds `workers` listening sockets on `addr`, all sharing the port through SO_REUSEPORT.
+/// A plain bind first makes a port already in use fail loudly, as it does for memcached, instead
+/// of silently sharing it with another SO_REUSEPORT process.
+pub fn bind_tcp(addr: SocketAddr, workers: usize, backlog: i32) -> anyhow::Result<Vec<Listener>> {
+    drop(std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?);
+    (0..workers)
+        .map(|_| {
+            let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            socket.set_reuse_address(true)?;
+            socket.set_reuse_port(true)?;
+            if addr.is_ipv6() {
+                socket.set_only_v6(true)?;
+            }
+            socket.bind(&addr.into())?;
+            socket.listen(backlog)?;
+            socket.set_nonblocking(true)?;
+            let std_listener: std::net::TcpListener = socket.into();
+            Ok(Listener::Tcp(TcpListener::from_std(std_listener)))
+        })
+        .collect::<io::Result<_>>()
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// Binds the unix socket at `path` with memcached's access mask semantics (`-a`).
+pub fn bind_unix(path: &Path, mask: u32) -> anyhow::Result<Listener> {
+    // A stale socket file from an earlier run would make bind fail.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let listener = UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on unix socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask))
+        .with_context(|| format!("cannot set mode {mask:o} on {}", path.display()))?;
+    Ok(Listener::Unix(listener))
+}

@@ -1,0 +1,102 @@
+//! Process-level chores memcached does at start: daemonize (`-d`), drop root (`-u`), pidfile
+//! (`-P`), lock memory (`-k`).
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+/// Forks into the background: the parent exits 0, the child starts a new session, moves to `/`
+/// and points stdin/stdout (and stderr unless verbose) at /dev/null. Must run before any thread
+/// is started.
+pub fn daemonize(keep_stderr: bool) -> anyhow::Result<()> {
+    // SAFETY: called before any thread is spawned, so the child is a full copy of a
+    // single-threaded process; the parent only calls _exit.
+    match unsafe { libc::fork() } {
+        -1 => bail!("-d: fork failed: {}", std::io::Error::last_os_error()),
+        0 => {}
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: plain system calls on our own process and on fds we own.
+    unsafe {
+        if libc::setsid() == -1 {
+            bail!("-d: setsid failed: {}", std::io::Error::last_os_error());
+        }
+        let root = CString::new("/").unwrap();
+        libc::chdir(root.as_ptr());
+        let null = CString::new("/dev/null").unwrap();
+        let fd = libc::open(null.as_ptr(), libc::O_RDWR);
+        if fd >= 0 {
+            libc::dup2(fd, 0);
+            libc::dup2(fd, 1);
+            if !keep_stderr {
+                libc::dup2(fd, 2);
+            }
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `-u`: as memcached does, only when running as root; otherwise the option is ignored.
+pub fn drop_privileges(user: &str) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        tracing::debug!("-u {user} ignored: not running as root");
+        return Ok(());
+    }
+    let name = CString::new(user).context("-u: bad user name")?;
+    // SAFETY: getpwnam returns null or a pointer to a static record, read at once.
+    let (uid, gid) = unsafe {
+        let pw = libc::getpwnam(name.as_ptr());
+        if pw.is_null() {
+            bail!("-u {user}: no such user");
+        }
+        ((*pw).pw_uid, (*pw).pw_gid)
+    };
+    // SAFETY: plain system calls changing our own credentials, group list first.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setgid(gid) != 0
+            || libc::setuid(uid) != 0
+        {
+            bail!(
+                "-u {user}: cannot switch user: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `-k`: lock every page, now and later, as memcached does.
+pub fn lock_memory() -> anyhow::Result<()> {
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        bail!(
+            "-k: cannot lock memory: {} (raise the limit, e.g. `ulimit -l unlimited`, or run \
+             without -k)",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// The pidfile, removed when dropped (at a clean exit).
+pub struct PidFile(PathBuf);
+
+impl PidFile {
+    pub fn create(path: &Path) -> anyhow::Result<PidFile> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("-P: cannot write {}", path.display()))?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

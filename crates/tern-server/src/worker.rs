@@ -1,0 +1,203 @@
+//! A worker thread: one mio event loop (epoll, edge-triggered) owning its listeners and its
+//! connections. No lock is taken here; the store does its own sharded locking.
+
+use std::io::{self, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token};
+use tern_proto::ascii;
+
+use crate::conn::{Conn, Drive, Limits};
+use crate::exec::{Executor, Shared};
+use crate::net::Listener;
+
+/// Woken by the main thread to stop.
+pub const WAKER: Token = Token(0);
+const FIRST_LISTENER: usize = 1;
+/// Connection tokens start here (listener tokens sit below).
+const FIRST_CONN: usize = 1 << 20;
+/// How long a stopping worker waits for clients to take their last replies.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+
+pub struct Worker {
+    id: usize,
+    shared: Arc<Shared>,
+    poll: Poll,
+    listeners: Vec<Listener>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    /// Connections to serve again before sleeping (they stopped with work left).
+    again: Vec<usize>,
+    limits: Limits,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        poll: Poll,
+        mut listeners: Vec<Listener>,
+    ) -> io::Result<Worker> {
+        for (i, listener) in listeners.iter_mut().enumerate() {
+            poll.registry().register(
+                listener.source(),
+                Token(FIRST_LISTENER + i),
+                Interest::READABLE,
+            )?;
+        }
+        let s = &shared.settings;
+        let limits = Limits {
+            max_reqs_per_event: s.max_reqs_per_event,
+            max_item_size: s.max_item_size,
+            // Long get lines (many keys) may grow up to the item size limit.
+            max_line: s.max_item_size.max(ascii::MAX_LINE_WITHOUT_NEWLINE),
+        };
+        Ok(Worker {
+            id,
+            shared,
+            poll,
+            listeners,
+            conns: Vec::new(),
+            free: Vec::new(),
+            again: Vec::new(),
+            limits,
+        })
+    }
+
+    /// Runs until shutdown, then lets clients take their last replies.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut draining_since: Option<Instant> = None;
+        loop {
+            let timeout = if !self.again.is_empty() {
+                Some(Duration::ZERO)
+            } else if draining_since.is_some() {
+                Some(Duration::from_millis(50))
+            } else {
+                // Idle: sleep until something happens; no timer wakes an idle worker.
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(worker = self.id, "poll failed: {e}");
+                    break;
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    Token(t) if t >= FIRST_CONN => self.drive(t - FIRST_CONN),
+                    Token(t) => self.accept(t - FIRST_LISTENER),
+                }
+            }
+            for idx in std::mem::take(&mut self.again) {
+                if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+                    conn.queued = false;
+                    self.drive(idx);
+                }
+            }
+            if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
+                self.begin_drain();
+                draining_since = Some(Instant::now());
+            }
+            if let Some(since) = draining_since {
+                let open = self.conns.iter().any(Option::is_some);
+                if !open || since.elapsed() > DRAIN_PATIENCE {
+                    break;
+                }
+            }
+        }
+        for idx in 0..self.conns.len() {
+            self.close(idx);
+        }
+        tracing::debug!(worker = self.id, "stopped");
+    }
+
+    fn accept(&mut self, listener: usize) {
+        loop {
+            let stream = match self.listeners[listener].accept() {
+                Ok(stream) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: the connection stays in the backlog; try again later.
+                    tracing::warn!(worker = self.id, "accept failed: {e}");
+                    return;
+                }
+            };
+            let counters = &self.shared.workers[self.id];
+            let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+            if open >= self.shared.settings.conn_limit {
+                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                counters.rejected_connections.incr();
+                let mut stream = stream;
+                // Best effort, like memcached: the reply fits any socket buffer.
+                let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+                continue;
+            }
+            counters.total_connections.incr();
+            let idx = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let mut conn = Conn::new(stream);
+            if let Err(e) = self.poll.registry().register(
+                &mut conn.stream,
+                Token(FIRST_CONN + idx),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                tracing::warn!(worker = self.id, "cannot register a connection: {e}");
+                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                self.free.push(idx);
+                continue;
+            }
+            self.conns[idx] = Some(conn);
+        }
+    }
+
+    fn drive(&mut self, idx: usize) {
+        let exec = Executor::new(&self.shared, self.id);
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        match conn.drive(&exec, &self.limits) {
+            Drive::Close => self.close(idx),
+            Drive::Open { again } => {
+                if again && !conn.queued {
+                    conn.queued = true;
+                    self.again.push(idx);
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            self.free.push(idx);
+        }
+    }
+
+    /// Stops accepting and closes every connection once its queued replies are sent.
+    fn begin_drain(&mut self) {
+        for mut listener in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(listener.source());
+        }
+        let exec = Executor::new(&self.shared, self.id);
+        let mut done = Vec::new();
+        for (idx, slot) in self.conns.iter_mut().enumerate() {
+            if let Some(conn) = slot {
+                conn.finish();
+                if conn.flush(&exec).is_err() || !conn.has_unsent() {
+                    done.push(idx);
+                }
+            }
+        }
+        for idx in done {
+            self.close(idx);
+        }
+    }
+}
