@@ -309,6 +309,17 @@ fn number<T: std::str::FromStr>(digits: &[u8]) -> Option<T> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// memcached's `safe_strtol` on a 64-bit host: any `long` is accepted and silently truncated
+/// to 32 bits. Mirrored so tern accepts and rejects exactly the lines memcached does.
+fn strtol(digits: &[u8]) -> Option<i32> {
+    number::<i64>(digits).map(|n| n as i32)
+}
+
+/// memcached's `safe_strtoul` into a `uint32_t`: any `unsigned long`, truncated.
+fn strtoul(digits: &[u8]) -> Option<u32> {
+    number::<u64>(digits).map(|n| n as u32)
+}
+
 /// Parses one meta command line, without its `\r\n`.
 pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
     let Some((verb, rest)) = next_token(line) else {
@@ -360,7 +371,7 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
         if tokens(rest).count() > 16 {
             return Err(ParseError::new(ErrorReply::OptionsTooLong));
         }
-        data_len = match number::<i32>(len_token) {
+        data_len = match strtol(len_token) {
             Some(n) if (0..=i32::MAX - 2).contains(&n) => n as usize,
             _ => return Err(ParseError::new(ErrorReply::BadFormat)),
         };
@@ -470,7 +481,7 @@ fn parse_flags<'a>(
         seen[flag as usize] = true;
         let arg = &token[1..];
         let ttl = |bad: &mut dyn FnMut(Option<ErrorReply>)| {
-            let t = number::<i32>(arg);
+            let t = strtol(arg);
             if t.is_none() {
                 bad(Some(ErrorReply::BadToken));
             }
@@ -499,7 +510,7 @@ fn parse_flags<'a>(
             b'v' => flags.return_value = true,
             b'x' => flags.remove_value = true,
             b'I' => flags.invalidate = true,
-            b'F' => match number::<u32>(arg) {
+            b'F' => match strtoul(arg) {
                 Some(f) => flags.client_flags = f,
                 None => bad(None),
             },
@@ -915,6 +926,13 @@ mod tests {
         assert_eq!(r.flags.ttl, Some(-1));
         assert_eq!(r.flags.vivify_ttl, Some(0));
         assert_eq!(ok("mg foo T+5").flags.ttl, Some(5));
+        // Truncated to 32 bits like memcached's safe_strtol; only a non-number is refused.
+        assert_eq!(ok("mg foo T4294967301").flags.ttl, Some(5));
+        assert_eq!(
+            err("mg foo T99999999999999999999").reply,
+            ErrorReply::BadToken
+        );
+        assert_eq!(ok("ms foo 0 F4294967297").flags.client_flags, 1);
     }
 
     #[test]
