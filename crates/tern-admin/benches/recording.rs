@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use tern_admin::{Command, HotKeyConfig, HotKeys, Outcome, WorkerMetrics};
+use tern_admin::{Command, HotKeyConfig, HotKeys, LatencyBatch, Outcome, WorkerMetrics};
 
 fn recording(c: &mut Criterion) {
     let metrics = WorkerMetrics::new();
@@ -18,6 +18,8 @@ fn recording(c: &mut Criterion) {
         i
     };
 
+    // What the server pays to timestamp a request, if it reads the clock per response.
+    c.bench_function("instant_now", |b| b.iter(std::time::Instant::now));
     c.bench_function("latency_record", |b| {
         let mut ns = 0u64;
         b.iter(|| {
@@ -60,5 +62,35 @@ fn recording(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, recording);
+/// The path the server is meant to take per request: outcome count, batch-latency note and
+/// hot-key sampling, with the batch (16 requests, as 16-deep pipelining) finished every 16th.
+/// The two clock reads per batch are not included: see `instant_now`.
+fn recommended_path(c: &mut Criterion) {
+    let metrics = WorkerMetrics::new();
+    let hot = HotKeys::new(HotKeyConfig::default());
+    let mut sampler = hot.sampler();
+    let mut batch = LatencyBatch::new();
+    let keys: Vec<Vec<u8>> = (0..1024)
+        .map(|i| format!("key:{i:06}").into_bytes())
+        .collect();
+    let mut k = 0usize;
+    c.bench_function("per_request_count_batch_latency_hotkey", |b| {
+        b.iter(|| {
+            k = (k + 1) & 1023;
+            let command = if k % 5 == 0 {
+                Command::Set
+            } else {
+                Command::Get
+            };
+            metrics.count(black_box(command), black_box(Outcome::Hit));
+            batch.add(command);
+            sampler.record(black_box(&keys[k]));
+            if k % 16 == 0 {
+                batch.finish(&metrics, black_box(20_000));
+            }
+        })
+    });
+}
+
+criterion_group!(benches, recording, recommended_path);
 criterion_main!(benches);

@@ -20,6 +20,6 @@ pub use admin::{stats_json, AdminServer, AdminSource};
 pub use hotkeys::{HotKey, HotKeyConfig, HotKeySampler, HotKeys, HotKeysReport};
 pub use snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot, StoreStats};
 pub use worker::{
-    latency_bucket, latency_bucket_bound_nanos, Command, LatencyHistogram, Outcome, OwnedCounter,
-    WorkerMetrics, WorkerSnapshot, FIRST_BUCKET_LOG2, LATENCY_BUCKETS,
+    latency_bucket, latency_bucket_bound_nanos, Command, LatencyBatch, LatencyHistogram, Outcome,
+    OwnedCounter, WorkerMetrics, WorkerSnapshot, FIRST_BUCKET_LOG2, LATENCY_BUCKETS,
 };

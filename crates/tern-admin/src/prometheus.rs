@@ -234,7 +234,7 @@ pub fn encode(s: &Snapshot) -> String {
     e.family(
         "tern_command_duration_seconds",
         "histogram",
-        "Server-side time from reading a request to queueing its response, by command.",
+        "Server-side time per request, from the read that brought it in to the write of its response, by command.",
     );
     for &c in Command::ALL {
         let h = &t.latency[c as usize];
