@@ -1,9 +1,11 @@
 //! memcached's meta commands (`mg`, `ms`, `md`, `ma`, `me`, `mn`), server side: parse one
 //! command line into a typed [`Request`] and encode the reply.
 //!
-//! The caller splits lines at `\r\n` and hands [`parse`] the line without its terminator.
-//! For `ms` it then reads the data block of [`Command::Set`]'s `data_len` bytes plus `\r\n`
-//! ([`data_block`]). Errors come back as [`ParseError`]: the exact memcached line to send and,
+//! The caller splits lines as for ASCII commands ([`crate::ascii::parse`] finds them; [`is_meta`]
+//! tells a meta line) and hands [`parse`] the line without its terminator. For `ms` it then
+//! reads the data block of [`Command::Set`]'s `data_len` bytes plus `\r\n` exactly as for `set`
+//! ([`crate::ascii::data_block`]; a block not ending in `\r\n` gets
+//! [`ErrorReply::BadDataChunk`]). Errors come back as [`ParseError`]: the exact memcached line to send and,
 //! for `ms`, how many bytes of data block to swallow, so a bad request never desyncs the stream.
 //!
 //! Parsing follows memcached 1.6.18 (Debian's, our reference peer), byte for byte in its error
@@ -16,6 +18,8 @@
 //! no per-flag allocation.
 
 use base64::Engine as _;
+
+use crate::ascii;
 
 /// memcached's key length limit, applied to the key token as sent (before base64 decoding).
 pub const MAX_KEY_LEN: usize = 250;
@@ -305,19 +309,28 @@ fn next_token(s: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&s[..end], &s[end..]))
 }
 
-fn number<T: std::str::FromStr>(digits: &[u8]) -> Option<T> {
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-/// memcached's `safe_strtol` on a 64-bit host: any `long` is accepted and silently truncated
-/// to 32 bits. Mirrored so tern accepts and rejects exactly the lines memcached does.
-fn strtol(digits: &[u8]) -> Option<i32> {
-    number::<i64>(digits).map(|n| n as i32)
-}
-
-/// memcached's `safe_strtoul` into a `uint32_t`: any `unsigned long`, truncated.
-fn strtoul(digits: &[u8]) -> Option<u32> {
-    number::<u64>(digits).map(|n| n as u32)
+/// memcached's `safe_strtol` on a 64-bit host: C `strtol` (leading white space, a sign, digits,
+/// then the end or white space), any `long` accepted and silently truncated to 32 bits, as
+/// 1.6.18 does for `T`, `N`, `R` and the `ms` length.
+fn strtol(token: &[u8]) -> Option<i32> {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = token
+        .iter()
+        .position(|b| !is_space(b))
+        .unwrap_or(token.len());
+    let token = &token[start..];
+    let sign = usize::from(matches!(token.first(), Some(b'+' | b'-')));
+    let digits = token[sign..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let (number, rest) = token.split_at(sign + digits);
+    if digits == 0 || rest.first().is_some_and(|b| !is_space(b)) {
+        return None;
+    }
+    // Out of `long` range is ERANGE, which memcached refuses.
+    let value: i64 = std::str::from_utf8(number).ok()?.parse().ok()?;
+    Some(value as i32)
 }
 
 /// Parses one meta command line, without its `\r\n`.
@@ -510,15 +523,15 @@ fn parse_flags<'a>(
             b'v' => flags.return_value = true,
             b'x' => flags.remove_value = true,
             b'I' => flags.invalidate = true,
-            b'F' => match strtoul(arg) {
+            b'F' => match ascii::parse_u32(arg) {
                 Some(f) => flags.client_flags = f,
                 None => bad(None),
             },
-            b'C' => match number::<u64>(arg) {
+            b'C' => match ascii::parse_u64(arg) {
                 Some(c) => flags.compare_cas = Some(c),
                 None => bad(Some(ErrorReply::BadToken)),
             },
-            b'E' => match number::<u64>(arg) {
+            b'E' => match ascii::parse_u64(arg) {
                 Some(c) => flags.new_cas = Some(c),
                 None => bad(Some(ErrorReply::BadToken)),
             },
@@ -526,11 +539,11 @@ fn parse_flags<'a>(
                 [m] => mode = Some(*m),
                 _ => bad(Some(ErrorReply::ModeLength)),
             },
-            b'J' => match number::<u64>(arg) {
+            b'J' => match ascii::parse_u64(arg) {
                 Some(j) => flags.initial = j,
                 None => bad(Some(ErrorReply::InitialValue)),
             },
-            b'D' => match number::<u64>(arg) {
+            b'D' => match ascii::parse_u64(arg) {
                 Some(d) => flags.delta = d,
                 None => bad(Some(ErrorReply::DeltaValue)),
             },
@@ -542,30 +555,6 @@ fn parse_flags<'a>(
         Err(message)
     } else {
         Ok((key, flags, mode))
-    }
-}
-
-/// The `ms` data block at the start of `buf`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataBlock<'a> {
-    /// Needs this many bytes in total.
-    Incomplete(usize),
-    /// The value and the bytes used (value + `\r\n`).
-    Complete(&'a [u8], usize),
-    /// `data_len + 2` bytes used, not ending in `\r\n`: reply
-    /// [`ErrorReply::BadDataChunk`] and carry on after them, as memcached does.
-    Bad(usize),
-}
-
-/// Splits the data block of an `ms` declaring `data_len` bytes off the start of `buf`.
-pub fn data_block(buf: &[u8], data_len: usize) -> DataBlock<'_> {
-    let total = data_len + 2;
-    if buf.len() < total {
-        DataBlock::Incomplete(total)
-    } else if &buf[data_len..total] == b"\r\n" {
-        DataBlock::Complete(&buf[..data_len], total)
-    } else {
-        DataBlock::Bad(total)
     }
 }
 
@@ -933,6 +922,16 @@ mod tests {
             ErrorReply::BadToken
         );
         assert_eq!(ok("ms foo 0 F4294967297").flags.client_flags, 1);
+        // C's strtol: leading and trailing white space inside the token is fine.
+        assert_eq!(ok("mg foo T\t7\t").flags.ttl, Some(7));
+        assert_eq!(err("mg foo T7x").reply, ErrorReply::BadToken);
+        assert_eq!(err("mg foo T+").reply, ErrorReply::BadToken);
+        assert_eq!(ok("ma foo D+3").flags.delta, 3);
+        // 1.6.18 reads 2 bytes of data for "ms foo 4294967298".
+        assert!(matches!(
+            ok("ms foo 4294967298").command,
+            Command::Set { data_len: 2, .. }
+        ));
     }
 
     #[test]
@@ -1252,17 +1251,6 @@ mod tests {
         assert!(r.flags.return_value);
         // A tab is part of the key, as in memcached.
         assert_eq!(ok("mg foo\tv").key.bytes(), b"foo\tv");
-    }
-
-    #[test]
-    fn data_blocks() {
-        assert_eq!(data_block(b"hi\r", 2), DataBlock::Incomplete(4));
-        assert_eq!(
-            data_block(b"hi\r\nmn\r\n", 2),
-            DataBlock::Complete(b"hi", 4)
-        );
-        assert_eq!(data_block(b"\r\n", 0), DataBlock::Complete(b"", 2));
-        assert_eq!(data_block(b"hix\r\n", 2), DataBlock::Bad(4));
     }
 
     #[test]
