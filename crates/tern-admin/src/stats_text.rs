@@ -55,19 +55,19 @@ pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
 /// `stats items`: all of tern's items as class 1 (there are no size classes); printed only
 /// when items exist, as memcached prints only classes holding items.
 ///
-/// `number` = items, `age` = age of the oldest live item, `mem_requested` = item bytes,
-/// `evicted`, `reclaimed` and `outofmemory` = the store's and commands' counts. tern tracks no
-/// per-item fetch flags, LRU crawler or HOT/WARM/COLD queues, so `evicted_nonzero`,
-/// `evicted_time`, `tailrepairs`, `expired_unfetched`, `evicted_unfetched`, `evicted_active`,
-/// `crawler_*`, `lrutail_reflocked`, `moves_*`, `direct_reclaims` and `hits_to_*` are 0; the
-/// segmented-LRU fields memcached omits when `lru_segmented` is off (`number_hot`, `age_hot`,
-/// ...) are omitted.
+/// tern has no HOT/WARM/COLD LRU, so the fields are exactly those memcached 1.6 prints with
+/// `lru_segmented no` (`-o no_modern`). `number` = items, `age` = age of the oldest live item,
+/// `mem_requested` = item bytes, `evicted`, `reclaimed` and `outofmemory` = the store's and
+/// commands' counts. tern tracks no per-item fetch flags, eviction times, tail repairs or LRU
+/// crawler, so `evicted_nonzero`, `evicted_time`, `tailrepairs`, `expired_unfetched`,
+/// `evicted_unfetched`, `crawler_reclaimed`, `crawler_items_checked` and `lrutail_reflocked`
+/// are 0.
 pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
     let mut s = Stats::new();
     let store = &snap.store;
     if store.items > 0 {
         let m = MemcachedCounters::from_totals(&snap.totals());
-        let fields: [(&str, u64); 23] = [
+        let fields: [(&str, u64); 14] = [
             ("number", store.items),
             ("age", store.segments.oldest_item_age_seconds),
             ("mem_requested", store.bytes),
@@ -79,18 +79,9 @@ pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
             ("reclaimed", store.reclaimed),
             ("expired_unfetched", 0),
             ("evicted_unfetched", 0),
-            ("evicted_active", 0),
             ("crawler_reclaimed", 0),
             ("crawler_items_checked", 0),
             ("lrutail_reflocked", 0),
-            ("moves_to_cold", 0),
-            ("moves_to_warm", 0),
-            ("moves_within_lru", 0),
-            ("direct_reclaims", 0),
-            ("hits_to_hot", 0),
-            ("hits_to_warm", 0),
-            ("hits_to_cold", 0),
-            ("hits_to_temp", 0),
         ];
         for (name, value) in fields {
             s.stat(format_args!("items:1:{name}"), value);
@@ -324,12 +315,11 @@ mod tests {
             .filter_map(|l| l.strip_prefix("STAT items:1:"))
             .map(|l| l.split(' ').next().unwrap())
             .collect();
-        // memcached 1.6.18's `stats items` with the segmented-LRU fields taken out.
+        // memcached 1.6.18's `stats items` with `-o no_modern` (lru_segmented no).
         let memcached =
             "number age mem_requested evicted evicted_nonzero evicted_time outofmemory \
-            tailrepairs reclaimed expired_unfetched evicted_unfetched evicted_active \
-            crawler_reclaimed crawler_items_checked lrutail_reflocked moves_to_cold moves_to_warm \
-            moves_within_lru direct_reclaims hits_to_hot hits_to_warm hits_to_cold hits_to_temp";
+            tailrepairs reclaimed expired_unfetched evicted_unfetched crawler_reclaimed \
+            crawler_items_checked lrutail_reflocked";
         assert_eq!(names, memcached.split_whitespace().collect::<Vec<_>>());
         assert!(out.contains("STAT items:1:number 1\r\n"));
         assert!(out.contains("STAT items:1:mem_requested 61\r\n"));
