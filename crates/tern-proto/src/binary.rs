@@ -24,6 +24,36 @@
 //! The server appends replies to the connection's output buffer and writes them when the
 //! read buffer has no complete request left (or at a non-quiet command such as Noop, which
 //! memcached uses as the "flush the pipeline" marker); a quiet command never forces a write.
+//!
+//! # Executing requests (what the server does per command, as memcached's `proto_bin.c`)
+//! Expirations use memcached's exptime rule (0 never, above 30 days an absolute Unix time).
+//! Replies echo the request's opcode and opaque; CAS in a reply is the item's (0 on errors).
+//!
+//! * **Get/GetK (+Q)** — hit: [`write_value`] (flags, the key for the K forms, value; CAS).
+//!   Miss: [`write_miss`], hidden for the Q forms.
+//! * **GAT/GATK (+Q)**, **Touch** — set the TTL, then as Get; Touch replies with flags but no
+//!   value (pass an empty value). Miss: `Key not found` (hidden for GATQ/GATKQ).
+//! * **Set/Add/Replace (+Q)** — request CAS nonzero: compare and swap (missing: `Key not
+//!   found`; different: `Key exists`). Add on a present key: `Key exists`; Replace on an absent
+//!   one: `Key not found`. Success: [`write_ok`] with the new CAS. A value over the limit is
+//!   already a [`Reject`]: for Set also remove the old item ([`Reject::key`]).
+//! * **Append/Prepend (+Q)** — keep the item's flags and TTL; absent: `Not stored`; CAS
+//!   checked when nonzero.
+//! * **Delete (+Q)** — CAS checked when nonzero (`Key exists`); absent: `Key not found`.
+//! * **Increment/Decrement (+Q)** — value must be a decimal u64 (else `Non-numeric`); incr
+//!   wraps at 2^64, decr stops at 0; CAS checked when nonzero. Miss: with `exptime ==`
+//!   [`NO_CREATE`] reply `Key not found`; otherwise store `initial` (as decimal text, flags 0,
+//!   that exptime) *without* applying the delta and reply it. [`write_counter`] with the CAS.
+//! * **Flush (+Q)** — `delay == 0`: invalidate everything now; else at that exptime.
+//! * **Noop** — [`write_ok`]; then write out everything buffered (the batch ends here).
+//! * **Quit (+Q)** — [`write_ok`] unless QuitQ, then close after writing.
+//! * **Version** — [`write_version`]. **Verbosity** — [`write_ok`].
+//! * **Stat** — empty key: every general stat, one [`write_stat`] each, then
+//!   [`write_stat_end`]; `"reset"`: reset, then just the end packet; a known group
+//!   (`settings`, `items`, `slabs`, `sizes`, `conns`): its stats and the end packet; anything
+//!   else: `Key not found`.
+//! * **Rejects** — [`write_error`] unless `status` is `None`; then close or skip per
+//!   [`Reject::then`]. Out of memory while storing: `Out of memory`, value skipped.
 
 use std::fmt;
 

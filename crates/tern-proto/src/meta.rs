@@ -13,6 +13,47 @@
 //! too: `E` (explicit new CAS) and `x` (md: drop the value, keep the item), both answered
 //! `CLIENT_ERROR invalid flag` by 1.6.18. See the README's protocol section for the list.
 //!
+//! # Executing requests (what the server does per command)
+//!
+//! TTL tokens (`T`, `N`, `R`) follow memcached's exptime rule, as for ASCII commands: 0 never
+//! expires, negative expires at once, above 30 days is an absolute Unix time. `E` (when given)
+//! is the CAS any item this request creates or modifies gets, instead of a fresh one. The store
+//! keeps per item: CAS, client flags, TTL, last access, fetched-before, stale, win-token-sent.
+//! Build the reply with [`write_reply`], filling [`ItemInfo`] from the item *as it was before*
+//! this request for `h` and `l`, and after it for the rest.
+//!
+//! * **mg** — look up [`Key::bytes`]. Miss: with `N`, create an empty item (flags 0, TTL `N`),
+//!   reply as a hit with `won`; without `N`, [`Code::Miss`] (only `O`/`k` echoed; hidden by
+//!   `q`). Hit: `T` sets the TTL (a touch); `won` if the item is stale and its token was not
+//!   yet sent, or if `R` is given, the item has a TTL, its remaining TTL is below `R`, and no
+//!   token was sent; `win_sent_before` if the token had been sent before this request; `stale`
+//!   from the item. When `won`, set the item's win-token-sent. Then bump the LRU, mark fetched
+//!   and set last access, unless `u`. Reply [`Code::Value`] with the value when `v`, else
+//!   [`Code::Stored`] (`HD`); `q` does not hide hits. 1.6.18 prints `t` at its position among
+//!   the flags, so `t` before `T` shows the old TTL; tern should report the TTL after `T`.
+//! * **ms** — check the value size first (too large: [`ErrorReply::TooLarge`], remove the old
+//!   item as memcached does so no stale value survives). Mode `S` stores (with `C`: compare and
+//!   swap, [`Code::NotFound`] if missing, [`Code::Exists`] if different); `E` add (NS if
+//!   present); `R` replace (NS if absent; with `C` as CAS); `A`/`P` append/prepend, keeping the
+//!   item's flags and TTL, NS if absent unless `N` is given, then create the item from the data
+//!   with TTL `N` (newer memcached; 1.6.18 answers NS), `C` checked if given. `I` with `C`: a
+//!   `C` *lower* than the item's CAS still stores, marking the new item stale. New items take
+//!   flags `F`, TTL `T` (0 if absent), a fresh CAS (or `E`). Reply `HD` (hidden by `q`), `NS`,
+//!   `EX` or `NF`; `c` returns the new CAS (pass the item), `c0` otherwise (pass `None`).
+//! * **md** — miss: `NF` (not hidden by `q` in 1.6.18). `C` not matching: `EX`. With `I`:
+//!   keep the item, mark it stale, clear its win-token-sent, give it a new CAS (or `E`), and
+//!   set the TTL to `T` if given. With `x` (newer memcached): replace the value with an empty
+//!   one, keeping the item (a tombstone with `I`). Otherwise unlink. Reply `HD` (hidden by `q`).
+//! * **ma** — `C` not matching: `EX`. Hit: the value must be a decimal u64 (else
+//!   [`ErrorReply::NonNumeric`]); increment by `D` wrapping at 2^64, decrement by `D` stopping
+//!   at 0; new CAS (or `E`); `T` sets the TTL. Miss with `N`: create the item holding `J`
+//!   (delta not applied), TTL `N` (`NS` if that fails); miss without `N`: `NF`. Reply
+//!   [`Code::Value`] with the number's digits when `v`, else `HD`; `c` and `t` from the item;
+//!   `q` hides the success only.
+//! * **me** — hit: [`write_debug`]; miss: [`Code::Miss`]. No LRU bump.
+//! * **mn** — [`write_noop`]. With `q` pipelines the client ends a batch with `mn`; since the
+//!   server answers in order, `MN` arrives after every reply of the batch.
+//!
 //! Return flags are echoed in the order the client sent them, as memcached does; the reply
 //! encoder walks the request's flag tokens again instead of storing them, so a request holds
 //! no per-flag allocation.
