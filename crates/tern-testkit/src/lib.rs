@@ -1,6 +1,8 @@
 //! Test support shared by the crates' end-to-end tests: find the real `tern` binary, start it (or
 //! Debian's `memcached`, the reference peer) on a free loopback port, and talk to it over TCP.
 
+pub mod bench;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
