@@ -4,15 +4,37 @@
 //! The API is shaped for the server's hot path: reads hand a borrowed view of the item to a
 //! closure (the caller copies the value straight into its output buffer, nothing is allocated),
 //! writes take the value as a slice of the connection's read buffer.
+//!
+//! # Design (after Pelikan's segcache, NSDI'21)
+//! - The heap (`Config::heap_bytes`, memcached's `-m`) is one mapping made at start, cut into
+//!   equal segments. Items are appended log-style to a segment; an item carries a 4-15 byte
+//!   header (see `item.rs`) and nothing else.
+//! - The store is split into shards by key hash. A shard owns its own lock, hash index, TTL
+//!   groups and counters; segments move between shards only through a small free pool, taken
+//!   once per filled segment. A get locks one shard and writes only that shard's memory.
+//! - Each shard keeps one chain of segments per TTL group (never, and one per power of two of
+//!   seconds), so items that expire together sit together: `reclaim_expired` frees whole
+//!   segments whose last deadline has passed.
+//! - When the pool is empty a shard evicts its own segments: `Merge` (segcache's: the oldest
+//!   few segments of a chain are compacted into one, keeping items read since they were
+//!   written, dropping the rest), `Fifo`, `Random`; `None` answers out-of-memory.
+//! - An item larger than a segment takes a run of contiguous segments from the same heap.
+//! - The CAS unique is the item's place: (segment epoch << 20) | offset. Every write goes to a
+//!   fresh place, so every stored version gets a new unique at no per-item cost.
 
 pub mod clock;
+mod heap;
+mod index;
+mod item;
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
+pub use heap::PageKind;
+use index::Index;
+use item::Header;
 
 /// What to do when the heap is full and a write needs room.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,10 +44,26 @@ pub enum Eviction {
     Merge,
     /// Evict the oldest written items first.
     Fifo,
-    /// Evict items chosen at random.
+    /// Evict items chosen at random (a random segment's worth).
     Random,
     /// Never evict: a write that needs room fails (memcached's `-M`).
     None,
+}
+
+impl std::str::FromStr for Eviction {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Eviction, StoreError> {
+        match s {
+            "merge" => Ok(Eviction::Merge),
+            "fifo" => Ok(Eviction::Fifo),
+            "random" => Ok(Eviction::Random),
+            "none" => Ok(Eviction::None),
+            _ => Err(StoreError::Config(format!(
+                "unknown eviction policy {s:?} (expected merge, fifo, random or none)"
+            ))),
+        }
+    }
 }
 
 /// Store settings, fixed at start.
@@ -40,6 +78,14 @@ pub struct Config {
     pub cas_enabled: bool,
     /// Independent partitions, each with its own lock; rounded up to a power of two.
     pub shards: usize,
+    /// Segment size in bytes, a power of two from 4 KiB to 1 MiB; 0 picks one so that each
+    /// shard gets about 16 segments (at most 1 MiB).
+    pub segment_size: usize,
+    /// Back the heap with huge pages (memcached's `-L`): MAP_HUGETLB when huge pages are
+    /// reserved, else madvise(MADV_HUGEPAGE).
+    pub large_pages: bool,
+    /// mlock the heap (memcached's `-k`); start fails with a clear message when refused.
+    pub lock_memory: bool,
 }
 
 impl Default for Config {
@@ -50,6 +96,9 @@ impl Default for Config {
             eviction: Eviction::default(),
             cas_enabled: true,
             shards: 16,
+            segment_size: 0,
+            large_pages: false,
+            lock_memory: false,
         }
     }
 }
@@ -58,6 +107,8 @@ impl Default for Config {
 pub enum StoreError {
     #[error("invalid store configuration: {0}")]
     Config(String),
+    #[error("{0}")]
+    Lock(String),
 }
 
 /// When an item stops being served: never, or at a deadline in unix seconds.
@@ -100,6 +151,11 @@ impl Expiry {
     pub fn is_expired_at(self, now: UnixSecs) -> bool {
         self.0 != 0 && self.0 <= now
     }
+
+    /// Seconds left at `now` (0 once expired), or `None` for never: meta's `t` flag.
+    pub fn remaining(self, now: UnixSecs) -> Option<u32> {
+        self.deadline().map(|d| d.saturating_sub(now))
+    }
 }
 
 /// A stored item as a reader sees it, borrowed for the duration of the read.
@@ -109,6 +165,23 @@ pub struct ItemView<'a> {
     pub flags: u32,
     pub cas: u64,
     pub expiry: Expiry,
+    /// Fetched before this read since it was stored (meta's `h`).
+    pub fetched: bool,
+    /// Last access before this read, in unix seconds; coarse: exact for 64 s after the
+    /// item's segment was opened, then within 12.5% of the segment's age (meta's `l`).
+    pub last_access: UnixSecs,
+    /// Marked stale by [`Store::invalidate`] (meta's `X`).
+    pub stale: bool,
+    /// A win token was already handed out for this item (meta's `Z`).
+    pub win_sent: bool,
+}
+
+/// The per-item marks the meta protocol sets for invalidation and anti-stampede; a
+/// [`Store::get_marked`] reader may change them and they are written back with the read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    pub stale: bool,
+    pub win_sent: bool,
 }
 
 /// Why a lookup found nothing; the server counts each kind (`get_misses`, `get_expired`,
@@ -117,6 +190,8 @@ pub struct ItemView<'a> {
 pub enum Miss {
     NotFound,
     Expired,
+    /// Invalidated by a `flush_all` (reported by the first lookup of the key's shard after the
+    /// flush took effect; the shard is emptied then, so later lookups say `NotFound`).
     Flushed,
 }
 
@@ -143,7 +218,7 @@ pub enum StoreOutcome {
     Exists,
     /// `NOT_FOUND`: cas on a missing key.
     NotFound,
-    /// `SERVER_ERROR object too large for cache`.
+    /// `SERVER_ERROR object too large for cache` (also a key longer than 250 bytes).
     TooLarge,
     /// `SERVER_ERROR out of memory storing object` (eviction off and the heap full).
     OutOfMemory,
@@ -179,72 +254,313 @@ pub struct StoreStats {
     pub reclaimed: u64,
     pub expired_unfetched: u64,
     pub evicted_unfetched: u64,
+    /// Whole segments freed by the TTL pass because every item in them had expired.
+    pub reclaimed_segments: u64,
+    /// Merge evictions run (each compacts a few segments into one).
+    pub merges: u64,
+    /// Heap bytes in segments holding items (the rest is free in the pool).
+    pub heap_used: u64,
+    /// Bytes of the hash index, outside the heap.
+    pub index_bytes: u64,
+    /// Items stored: header + key + value bytes written and still live.
+    pub item_bytes_with_headers: u64,
 }
 
-struct Entry {
-    value: Box<[u8]>,
-    flags: u32,
-    cas: u64,
-    expiry: Expiry,
-    stored_at: UnixSecs,
-    fetched: bool,
+/// TTL groups per shard: 0 for items that never expire, then one per power of two of seconds.
+const GROUPS: usize = 33;
+const NO_SEGMENT: u32 = u32::MAX;
+const OWNER_FREE: u32 = u32::MAX;
+/// A run handed to a writer that has not linked it into its shard yet.
+const OWNER_PENDING: u32 = u32::MAX - 1;
+/// Segments compacted into one by a merge eviction.
+const MERGE_SEGMENTS: usize = 4;
+const OFFSET_BITS: u32 = 20;
+const MIN_SEGMENT: usize = 4 << 10;
+const MAX_SEGMENT: usize = 1 << OFFSET_BITS;
+/// memcached's KEY_MAX_LENGTH.
+const MAX_KEY: usize = 250;
+/// An item this close to a segment's size goes to the large-item path, so a rewrite that adds
+/// an expiry field (a touch) always fits an ordinary segment.
+const GROWTH_ROOM: usize = 8;
+/// Largest value of `never` in a segment's `max_expiry`: some item there never expires.
+const NEVER_EXPIRES: u32 = u32::MAX;
+
+/// Where an item lives: segment (run head for large items) and byte offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    seg: u32,
+    off: u32,
 }
 
-/// Memory charged per entry beyond key and value, for the heap limit.
-const ENTRY_OVERHEAD: usize = 48;
+impl Loc {
+    /// Never 0, which marks an empty index slot.
+    fn pack(self) -> u64 {
+        ((self.seg as u64 + 1) << OFFSET_BITS) | self.off as u64
+    }
 
+    fn unpack(packed: u64) -> Loc {
+        Loc {
+            seg: (packed >> OFFSET_BITS) as u32 - 1,
+            off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
+        }
+    }
+}
+
+/// Per-segment bookkeeping, beside the heap rather than in it. Fields are atomics only so the
+/// table can be shared; each is written by whoever owns the segment (its shard, under the
+/// shard's lock, or the pool, under its lock), and ownership changes through those locks, so
+/// relaxed loads see the owner's last writes.
 #[derive(Default)]
-struct Shard {
-    map: HashMap<Box<[u8]>, Entry>,
-    used: usize,
+struct SegMeta {
+    owner: AtomicU32,
+    /// First segment of the run this one belongs to (itself for an ordinary segment).
+    head: AtomicU32,
+    /// At a run head: segments in the run; 1 for an ordinary segment.
+    run_len: AtomicU32,
+    write_off: AtomicU32,
+    live: AtomicU32,
+    /// Latest deadline of any item written here; 0 when empty, `NEVER_EXPIRES` for never.
+    max_expiry: AtomicU32,
+    created: AtomicU32,
+    group: AtomicU32,
+    /// High bits of the CAS of every item here; renewed when items are rewritten in place.
+    epoch: AtomicU64,
+    /// Age order for FIFO and merge: the epoch the segment was opened with.
+    order: AtomicU64,
 }
 
-#[derive(Default)]
+fn get32(a: &AtomicU32) -> u32 {
+    a.load(Relaxed)
+}
+
+fn set32(a: &AtomicU32, v: u32) {
+    a.store(v, Relaxed)
+}
+
+/// Free segments as a bitmap, so a large item can find a run of contiguous ones.
+struct Pool {
+    free: Vec<u64>,
+    /// Reserved for a large item being made room for: never handed out, even once free.
+    claimed: Vec<u64>,
+    free_count: usize,
+    segments: usize,
+    /// Where the next large-item window starts, so evictions for runs rotate over the heap.
+    window: usize,
+}
+
+fn bit(bits: &[u64], i: usize) -> bool {
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+fn set_bit(bits: &mut [u64], i: usize, on: bool) {
+    if on {
+        bits[i / 64] |= 1 << (i % 64);
+    } else {
+        bits[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+impl Pool {
+    fn new(segments: usize) -> Pool {
+        let words = segments.div_ceil(64);
+        let mut pool = Pool {
+            free: vec![0; words],
+            claimed: vec![0; words],
+            free_count: segments,
+            segments,
+            window: 0,
+        };
+        for i in 0..segments {
+            set_bit(&mut pool.free, i, true);
+        }
+        pool
+    }
+
+    /// The lowest free segment: low segments are reused first, so untouched pages stay out of
+    /// RSS as long as possible.
+    fn take(&mut self) -> Option<u32> {
+        let word = self.free.iter().position(|&w| w != 0)?;
+        let i = word * 64 + self.free[word].trailing_zeros() as usize;
+        set_bit(&mut self.free, i, false);
+        self.free_count -= 1;
+        Some(i as u32)
+    }
+
+    fn give(&mut self, seg: u32) {
+        let i = seg as usize;
+        if !bit(&self.claimed, i) {
+            debug_assert!(!bit(&self.free, i));
+            set_bit(&mut self.free, i, true);
+            self.free_count += 1;
+        }
+    }
+
+    fn find_run(&self, len: usize) -> Option<usize> {
+        let mut start = 0;
+        for i in 0..self.segments {
+            if !bit(&self.free, i) {
+                start = i + 1;
+            } else if i + 1 - start == len {
+                return Some(start);
+            }
+        }
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
 struct Counters {
-    total_items: AtomicU64,
-    evictions: AtomicU64,
-    reclaimed: AtomicU64,
-    expired_unfetched: AtomicU64,
-    evicted_unfetched: AtomicU64,
+    curr_items: u64,
+    bytes: u64,
+    item_bytes: u64,
+    total_items: u64,
+    evictions: u64,
+    reclaimed: u64,
+    expired_unfetched: u64,
+    evicted_unfetched: u64,
+    reclaimed_segments: u64,
+    merges: u64,
 }
 
-/// A delayed or immediate `flush_all`: items stored at or before `at` are invalid once `at` has
-/// come.
-#[derive(Clone, Copy, Default)]
-struct FlushMark {
-    at: UnixSecs,
-    /// Items whose CAS is below this were stored before an immediate flush.
-    below_cas: u64,
+struct Shard {
+    id: u32,
+    index: Index,
+    /// Segments of each TTL group, oldest first; the last may be the group's `active` one.
+    chains: [VecDeque<u32>; GROUPS],
+    /// The segment each TTL group appends to, or `NO_SEGMENT`.
+    active: [u32; GROUPS],
+    /// The `flush_all` generation this shard has applied.
+    flush_seq: u32,
+    counters: Counters,
+    /// Reused buffer for values built from an older version (append, incr, relocation).
+    scratch: Vec<u8>,
+    /// Segments this shard has emptied, to hand back to the pool (or keep one).
+    freed: Vec<u32>,
+    rng: u64,
+}
+
+/// Keeps each shard's lock on its own cache lines.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    slot: usize,
+    loc: Loc,
+    hdr: Header,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// Deleted or replaced: no counter.
+    Gone,
+    Evicted,
+    Expired,
+}
+
+fn group_of(expiry: u32, now: UnixSecs) -> usize {
+    if expiry == 0 {
+        return 0;
+    }
+    let ttl = expiry.saturating_sub(now).max(1);
+    1 + (31 - ttl.leading_zeros()) as usize
+}
+
+fn expiry_rank(expiry: u32) -> u32 {
+    if expiry == 0 {
+        NEVER_EXPIRES
+    } else {
+        expiry
+    }
 }
 
 /// The store. `Sync`: share one behind an `Arc` across worker threads.
 pub struct Store {
     config: Config,
     clock: Arc<Clock>,
-    hasher: RandomState,
-    shards: Box<[Mutex<Shard>]>,
-    shard_heap: usize,
-    next_cas: AtomicU64,
-    flush: Mutex<FlushMark>,
-    counters: Counters,
+    hasher: ahash::RandomState,
+    shards: Box<[Padded<Mutex<Shard>>]>,
+    heap: heap::Heap,
+    segment_shift: u32,
+    metas: Box<[SegMeta]>,
+    pool: Mutex<Pool>,
+    epoch: AtomicU64,
+    /// The latest `flush_all`: deadline (high 32 bits) and generation (low 32 bits).
+    flush: AtomicU64,
+    flush_lock: Mutex<()>,
 }
 
 impl Store {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Store, StoreError> {
-        if config.heap_bytes == 0 {
-            return Err(StoreError::Config("the heap must not be empty".into()));
-        }
         let shard_count = config.shards.max(1).next_power_of_two();
-        let shards = (0..shard_count).map(|_| Mutex::default()).collect();
+        let segment_size = match config.segment_size {
+            0 => {
+                let target = config.heap_bytes / (shard_count * 16);
+                let pow = if target == 0 {
+                    MIN_SEGMENT
+                } else {
+                    1 << (usize::BITS - 1 - target.leading_zeros())
+                };
+                pow.clamp(MIN_SEGMENT, MAX_SEGMENT)
+            }
+            size if size.is_power_of_two() && (MIN_SEGMENT..=MAX_SEGMENT).contains(&size) => size,
+            size => {
+                return Err(StoreError::Config(format!(
+                    "segment size {size} must be a power of two from {MIN_SEGMENT} to {MAX_SEGMENT}"
+                )))
+            }
+        };
+        let segments = config.heap_bytes / segment_size;
+        if segments == 0 {
+            return Err(StoreError::Config(format!(
+                "the heap ({} bytes) must hold at least one {segment_size}-byte segment",
+                config.heap_bytes
+            )));
+        }
+        if segments >= (1 << (64 - index::TAG_BITS - OFFSET_BITS)) - 1 {
+            return Err(StoreError::Config(format!(
+                "{segments} segments is more than the index can address; use a larger segment size"
+            )));
+        }
+        let heap = heap::Heap::new(
+            segments * segment_size,
+            config.large_pages,
+            config.lock_memory,
+        )?;
+        let hasher = ahash::RandomState::new();
+        let shards = (0..shard_count)
+            .map(|id| {
+                Padded(Mutex::new(Shard {
+                    id: id as u32,
+                    index: Index::new(),
+                    chains: std::array::from_fn(|_| VecDeque::new()),
+                    active: [NO_SEGMENT; GROUPS],
+                    flush_seq: 0,
+                    counters: Counters::default(),
+                    scratch: Vec::new(),
+                    freed: Vec::new(),
+                    rng: hasher.hash_one(id) | 1,
+                }))
+            })
+            .collect();
+        let metas: Box<[SegMeta]> = (0..segments).map(|_| SegMeta::default()).collect();
+        for (i, meta) in metas.iter().enumerate() {
+            set32(&meta.owner, OWNER_FREE);
+            set32(&meta.head, i as u32);
+            set32(&meta.run_len, 1);
+        }
         Ok(Store {
-            shard_heap: config.heap_bytes / shard_count,
             config,
             clock,
-            hasher: RandomState::new(),
+            hasher,
             shards,
-            next_cas: AtomicU64::new(1),
-            flush: Mutex::default(),
-            counters: Counters::default(),
+            heap,
+            segment_shift: segment_size.trailing_zeros(),
+            metas,
+            pool: Mutex::new(Pool::new(segments)),
+            epoch: AtomicU64::new(1),
+            flush: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
         })
     }
 
@@ -256,56 +572,659 @@ impl Store {
         &self.clock
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
-        let hash = self.hasher.hash_one(key) as usize;
-        &self.shards[hash & (self.shards.len() - 1)]
+    /// The segment size in use (after `Config::segment_size` 0 picked one).
+    pub fn segment_size(&self) -> usize {
+        1 << self.segment_shift
     }
 
-    fn new_cas(&self) -> u64 {
+    /// How the heap's pages are backed.
+    pub fn page_kind(&self) -> PageKind {
+        self.heap.pages
+    }
+
+    fn hash(&self, key: &[u8]) -> (usize, u32) {
+        let hash = self.hasher.hash_one(key);
+        (
+            hash as usize & (self.shards.len() - 1),
+            (hash >> (64 - index::TAG_BITS)) as u32,
+        )
+    }
+
+    fn tag(&self, key: &[u8]) -> u32 {
+        self.hash(key).1
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A reader's closure that panicked leaves the shard consistent (it only borrows), so a
+        // poisoned lock is still good.
+        self.shards[shard]
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn meta(&self, seg: u32) -> &SegMeta {
+        &self.metas[seg as usize]
+    }
+
+    fn next_epoch(&self) -> u64 {
+        self.epoch.fetch_add(1, Relaxed)
+    }
+
+    /// The bytes of segment `seg`, or of the whole run it heads.
+    ///
+    /// # Safety
+    /// The caller owns `seg`: it holds the lock of the shard `seg` belongs to, or `seg` heads a
+    /// run it reserved and has not linked yet. No other slice of these bytes is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn segment(&self, seg: u32) -> &mut [u8] {
+        let run = get32(&self.meta(seg).run_len).max(1) as usize;
+        // SAFETY: `seg + run <= segments`, so the range is inside the heap; exclusivity is the
+        // caller's contract.
+        unsafe {
+            self.heap.slice(
+                (seg as usize) << self.segment_shift,
+                run << self.segment_shift,
+            )
+        }
+    }
+
+    fn cas_of(&self, loc: Loc) -> u64 {
         if self.config.cas_enabled {
-            self.next_cas.fetch_add(1, Ordering::Relaxed)
+            (self.meta(loc.seg).epoch.load(Relaxed) << OFFSET_BITS) | loc.off as u64
         } else {
             0
         }
     }
 
-    fn is_flushed(&self, entry: &Entry, now: UnixSecs) -> bool {
-        let mark = *self.flush.lock().unwrap();
-        mark.at != 0
-            && mark.at <= now
-            && (entry.stored_at < mark.at || entry.cas < mark.below_cas)
+    /// The item `key` maps to in this shard, expired or not.
+    fn lookup(&self, sh: &Shard, key: &[u8], tag: u32) -> Option<Found> {
+        let mut hdr = None;
+        let slot = sh.index.find(tag, |packed| {
+            let loc = Loc::unpack(packed);
+            // SAFETY: the index points only into segments of this shard, whose lock the caller
+            // holds; the slice lives for this comparison only.
+            let bytes = unsafe { self.segment(loc.seg) };
+            let item = &bytes[loc.off as usize..];
+            if item[0] as usize != key.len() {
+                return false;
+            }
+            let h = item::parse(item);
+            let same = h.key(item) == key;
+            if same {
+                hdr = Some(h);
+            }
+            same
+        })?;
+        Some(Found {
+            slot,
+            loc: Loc::unpack(sh.index.location(slot)),
+            hdr: hdr.expect("set by the match"),
+        })
     }
 
-    /// Removes `key` if it is expired or flushed and says why it is not served.
-    fn check_live(&self, shard: &mut Shard, key: &[u8], now: UnixSecs) -> Result<(), Miss> {
-        let Some(entry) = shard.map.get(key) else {
-            return Err(Miss::NotFound);
-        };
-        let miss = if entry.expiry.is_expired_at(now) {
-            if !entry.fetched {
-                self.counters
-                    .expired_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
-            Miss::Expired
-        } else if self.is_flushed(entry, now) {
-            Miss::Flushed
-        } else {
+    /// The live item for `key`: an expired one is unlinked and reported.
+    fn live(&self, sh: &mut Shard, key: &[u8], tag: u32, now: UnixSecs) -> Result<Found, Miss> {
+        let found = self.lookup(sh, key, tag).ok_or(Miss::NotFound)?;
+        if found.hdr.expiry != 0 && found.hdr.expiry <= now {
+            self.unlink(sh, found, Cause::Expired, true);
+            return Err(Miss::Expired);
+        }
+        Ok(found)
+    }
+
+    /// Applies a `flush_all` that has come due for this shard; reports `Flushed` when `key`
+    /// was among the items it removed.
+    fn catch_up_flush(
+        &self,
+        sh: &mut Shard,
+        key: &[u8],
+        tag: u32,
+        now: UnixSecs,
+    ) -> Result<(), Miss> {
+        let mark = self.flush.load(Relaxed);
+        let (at, seq) = ((mark >> 32) as u32, mark as u32);
+        if seq == sh.flush_seq || at > now {
             return Ok(());
+        }
+        let had_key = self.lookup(sh, key, tag).is_some();
+        self.clear_shard(sh);
+        sh.flush_seq = seq;
+        if had_key {
+            Err(Miss::Flushed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn clear_shard(&self, sh: &mut Shard) {
+        for g in 0..GROUPS {
+            while let Some(head) = sh.chains[g].pop_front() {
+                let run = get32(&self.meta(head).run_len);
+                sh.freed.extend(head..head + run);
+            }
+            sh.active[g] = NO_SEGMENT;
+        }
+        sh.index.clear();
+        let c = &mut sh.counters;
+        (c.curr_items, c.bytes, c.item_bytes) = (0, 0, 0);
+        self.release(sh, false);
+    }
+
+    /// Removes an item from the index and the counters. With `free_empty`, a sealed segment
+    /// left with no live item goes back to the pool.
+    fn unlink(&self, sh: &mut Shard, found: Found, cause: Cause, free_empty: bool) {
+        sh.index.remove(found.slot);
+        let meta = self.meta(found.loc.seg);
+        let live = get32(&meta.live) - 1;
+        set32(&meta.live, live);
+        let h = found.hdr;
+        let c = &mut sh.counters;
+        c.curr_items -= 1;
+        c.bytes -= (h.key_len + h.value_len) as u64;
+        c.item_bytes -= h.size() as u64;
+        let unfetched = !h.has(item::FETCHED) as u64;
+        match cause {
+            Cause::Gone => {}
+            Cause::Evicted => {
+                c.evictions += 1;
+                c.evicted_unfetched += unfetched;
+            }
+            Cause::Expired => {
+                c.reclaimed += 1;
+                c.expired_unfetched += unfetched;
+            }
+        }
+        let seg = found.loc.seg;
+        if free_empty && live == 0 && sh.active[get32(&meta.group) as usize] != seg {
+            self.drop_segment(sh, seg);
+            self.release(sh, false);
+        }
+    }
+
+    /// Takes a segment (or run) out of its chain; its segments go to `sh.freed`.
+    fn drop_segment(&self, sh: &mut Shard, head: u32) {
+        let meta = self.meta(head);
+        let g = get32(&meta.group) as usize;
+        if let Some(pos) = sh.chains[g].iter().position(|&s| s == head) {
+            sh.chains[g].remove(pos);
+        }
+        if sh.active[g] == head {
+            sh.active[g] = NO_SEGMENT;
+        }
+        let run = get32(&meta.run_len);
+        sh.freed.extend(head..head + run);
+    }
+
+    /// Hands the shard's freed segments to the pool, keeping one for the caller if asked and
+    /// no large item has claimed it.
+    fn release(&self, sh: &mut Shard, keep: bool) -> Option<u32> {
+        if sh.freed.is_empty() {
+            return None;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = None;
+        for seg in sh.freed.drain(..) {
+            let meta = self.meta(seg);
+            set32(&meta.owner, OWNER_FREE);
+            set32(&meta.head, seg);
+            set32(&meta.run_len, 1);
+            if keep && kept.is_none() && !bit(&pool.claimed, seg as usize) {
+                kept = Some(seg);
+            } else {
+                pool.give(seg);
+            }
+        }
+        kept
+    }
+
+    /// Room for `size` bytes at the tail of TTL group `g`.
+    fn reserve(&self, sh: &mut Shard, size: usize, g: usize, now: UnixSecs) -> Option<Loc> {
+        let active = sh.active[g];
+        if active != NO_SEGMENT {
+            let meta = self.meta(active);
+            let off = get32(&meta.write_off);
+            if off as usize + size <= self.segment_size() {
+                set32(&meta.write_off, off + size as u32);
+                return Some(Loc { seg: active, off });
+            }
+        }
+        let seg = self.make_room(sh, now)?;
+        let meta = self.meta(seg);
+        let epoch = self.next_epoch();
+        set32(&meta.owner, sh.id);
+        set32(&meta.head, seg);
+        set32(&meta.run_len, 1);
+        set32(&meta.write_off, size as u32);
+        set32(&meta.live, 0);
+        set32(&meta.max_expiry, 0);
+        set32(&meta.created, now);
+        set32(&meta.group, g as u32);
+        meta.epoch.store(epoch, Relaxed);
+        meta.order.store(epoch, Relaxed);
+        let sealed = std::mem::replace(&mut sh.active[g], seg);
+        sh.chains[g].push_back(seg);
+        if sealed != NO_SEGMENT && get32(&self.meta(sealed).live) == 0 {
+            self.drop_segment(sh, sealed);
+            self.release(sh, false);
+        }
+        Some(Loc { seg, off: 0 })
+    }
+
+    /// A free segment for this shard: from the pool, else by reclaiming expired segments, else
+    /// by evicting (its own segments first, another shard's when it has none).
+    fn make_room(&self, sh: &mut Shard, now: UnixSecs) -> Option<u32> {
+        for _ in 0..8 {
+            if let Some(seg) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                return Some(seg);
+            }
+            let freed_any = self.reclaim_shard(sh, now) > 0
+                || (self.config.eviction != Eviction::None && self.evict_one(sh, now));
+            if freed_any {
+                if let Some(seg) = self.release(sh, true) {
+                    return Some(seg);
+                }
+                continue;
+            }
+            if self.config.eviction == Eviction::None || !self.steal(sh.id, now) {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Evicts from another shard that is not busy; never waits, so two shards stealing from
+    /// each other cannot deadlock.
+    fn steal(&self, me: u32, now: UnixSecs) -> bool {
+        let n = self.shards.len();
+        for d in 1..n {
+            let other = (me as usize + d) % n;
+            if let Ok(mut sh) = self.shards[other].0.try_lock() {
+                if self.evict_one(&mut sh, now) {
+                    self.release(&mut sh, false);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn oldest_group(&self, sh: &Shard) -> Option<usize> {
+        (0..GROUPS)
+            .filter(|&g| !sh.chains[g].is_empty())
+            .min_by_key(|&g| self.meta(sh.chains[g][0]).order.load(Relaxed))
+    }
+
+    /// Frees at least one segment of this shard into `sh.freed`, by the configured policy.
+    fn evict_one(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        match self.config.eviction {
+            Eviction::None => false,
+            Eviction::Merge => self.merge(sh, now),
+            Eviction::Fifo => match self.oldest_group(sh) {
+                Some(g) => {
+                    self.evict_segment(sh, sh.chains[g][0], now);
+                    true
+                }
+                None => false,
+            },
+            Eviction::Random => {
+                let total: usize = sh.chains.iter().map(VecDeque::len).sum();
+                if total == 0 {
+                    return false;
+                }
+                sh.rng ^= sh.rng << 13;
+                sh.rng ^= sh.rng >> 7;
+                sh.rng ^= sh.rng << 17;
+                let mut pick = (sh.rng % total as u64) as usize;
+                let g = (0..GROUPS)
+                    .find(|&g| {
+                        let len = sh.chains[g].len();
+                        if pick < len {
+                            true
+                        } else {
+                            pick -= len;
+                            false
+                        }
+                    })
+                    .expect("pick < total");
+                self.evict_segment(sh, sh.chains[g][pick], now);
+                true
+            }
+        }
+    }
+
+    /// Unlinks every live item of a segment (or run) and frees it. Whole items only: an item
+    /// never spans segments except inside a run, which goes as one.
+    fn evict_segment(&self, sh: &mut Shard, head: u32, now: UnixSecs) {
+        let end = get32(&self.meta(head).write_off) as usize;
+        let mut off = 0;
+        while off < end {
+            let (hdr, tag) = {
+                // SAFETY: `head` belongs to this locked shard; the slice ends with this block.
+                let bytes = unsafe { self.segment(head) };
+                let item = &bytes[off..];
+                let h = item::parse(item);
+                (h, self.tag(h.key(item)))
+            };
+            let loc = Loc {
+                seg: head,
+                off: off as u32,
+            };
+            if let Some(slot) = sh.index.find(tag, |p| p == loc.pack()) {
+                let cause = if hdr.expiry != 0 && hdr.expiry <= now {
+                    Cause::Expired
+                } else {
+                    Cause::Evicted
+                };
+                self.unlink(sh, Found { slot, loc, hdr }, cause, false);
+            }
+            off += hdr.size();
+        }
+        self.drop_segment(sh, head);
+    }
+
+    /// Segcache's merge eviction: the oldest few segments of the oldest TTL group are compacted
+    /// into the first of them, keeping items read since they were written (or last merged) as
+    /// long as they fit in one segment; the rest are evicted and the other segments freed.
+    fn merge(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        let Some(g) = self.oldest_group(sh) else {
+            return false;
         };
-        remove(shard, key);
-        Err(miss)
+        let mut segs = [NO_SEGMENT; MERGE_SEGMENTS];
+        let mut n = 0;
+        for &seg in sh.chains[g].iter().take(MERGE_SEGMENTS) {
+            if get32(&self.meta(seg).run_len) != 1 || seg == sh.active[g] {
+                break;
+            }
+            segs[n] = seg;
+            n += 1;
+        }
+        if n < 2 {
+            self.evict_segment(sh, sh.chains[g][0], now);
+            return true;
+        }
+        let dest = segs[0];
+        let dest_created = get32(&self.meta(dest).created);
+        let (mut write, mut live, mut max_expiry) = (0usize, 0u32, 0u32);
+        for &src in &segs[..n] {
+            let src_meta = self.meta(src);
+            let src_created = get32(&src_meta.created);
+            let end = get32(&src_meta.write_off) as usize;
+            let mut off = 0;
+            while off < end {
+                let (hdr, tag) = {
+                    // SAFETY: `src` belongs to this locked shard; the slice ends with this block.
+                    let bytes = unsafe { self.segment(src) };
+                    let item = &bytes[off..];
+                    let h = item::parse(item);
+                    (h, self.tag(h.key(item)))
+                };
+                let size = hdr.size();
+                let loc = Loc {
+                    seg: src,
+                    off: off as u32,
+                };
+                off += size;
+                let Some(slot) = sh.index.find(tag, |p| p == loc.pack()) else {
+                    continue;
+                };
+                let found = Found { slot, loc, hdr };
+                if hdr.expiry != 0 && hdr.expiry <= now {
+                    self.unlink(sh, found, Cause::Expired, false);
+                    continue;
+                }
+                if !hdr.has(item::REFERENCED) || write + size > self.segment_size() {
+                    self.unlink(sh, found, Cause::Evicted, false);
+                    continue;
+                }
+                let last_access = src_created + item::decode_age(hdr.access);
+                let age = item::encode_age(last_access.saturating_sub(dest_created));
+                let from = loc.off as usize;
+                let moved = if src == dest {
+                    // SAFETY: `dest` belongs to this locked shard; the only slice alive.
+                    let bytes = unsafe { self.segment(dest) };
+                    // `write <= from`: kept items only ever move towards the start.
+                    bytes.copy_within(from..from + size, write);
+                    &mut bytes[write..write + size]
+                } else {
+                    // SAFETY: `src` and `dest` are different segments of this locked shard, so
+                    // the two slices do not overlap, and no other slice is alive.
+                    let (src_bytes, dest_bytes) =
+                        unsafe { (self.segment(src), self.segment(dest)) };
+                    dest_bytes[write..write + size].copy_from_slice(&src_bytes[from..from + size]);
+                    set32(&src_meta.live, get32(&src_meta.live) - 1);
+                    &mut dest_bytes[write..write + size]
+                };
+                item::set_bits(moved, 0, item::REFERENCED);
+                item::set_access(moved, age);
+                sh.index.set_location(
+                    slot,
+                    Loc {
+                        seg: dest,
+                        off: write as u32,
+                    }
+                    .pack(),
+                );
+                write += size;
+                live += 1;
+                max_expiry = max_expiry.max(expiry_rank(hdr.expiry));
+            }
+        }
+        let meta = self.meta(dest);
+        set32(&meta.write_off, write as u32);
+        set32(&meta.live, live);
+        set32(&meta.max_expiry, max_expiry);
+        // The kept items moved, so they take new CAS uniques: a unique never names two places.
+        meta.epoch.store(self.next_epoch(), Relaxed);
+        for &seg in &segs[1..n] {
+            debug_assert_eq!(get32(&self.meta(seg).live), 0);
+            self.drop_segment(sh, seg);
+        }
+        sh.counters.merges += 1;
+        true
+    }
+
+    /// Frees this shard's segments whose every item has expired; returns how many.
+    fn reclaim_shard(&self, sh: &mut Shard, now: UnixSecs) -> usize {
+        let mut reclaimed = 0;
+        for g in 0..GROUPS {
+            let mut i = 0;
+            while i < sh.chains[g].len() {
+                let seg = sh.chains[g][i];
+                let max = get32(&self.meta(seg).max_expiry);
+                if max != 0 && max != NEVER_EXPIRES && max <= now {
+                    self.evict_segment(sh, seg, now);
+                    sh.counters.reclaimed_segments += 1;
+                    reclaimed += 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        reclaimed
+    }
+
+    /// Adds a freshly written item to the index, replacing the key's older version.
+    fn link(&self, sh: &mut Shard, key: &[u8], tag: u32, loc: Loc, hdr: Header) {
+        if let Some(old) = self.lookup(sh, key, tag) {
+            self.unlink(sh, old, Cause::Gone, true);
+        }
+        sh.index.insert(tag, loc.pack());
+        let meta = self.meta(loc.seg);
+        set32(&meta.live, get32(&meta.live) + 1);
+        set32(
+            &meta.max_expiry,
+            get32(&meta.max_expiry).max(expiry_rank(hdr.expiry)),
+        );
+        let c = &mut sh.counters;
+        c.curr_items += 1;
+        c.bytes += (hdr.key_len + hdr.value_len) as u64;
+        c.item_bytes += hdr.size() as u64;
+        c.total_items += 1;
+    }
+
+    /// Whether an item of `size` bytes goes to an ordinary segment (else a run).
+    fn fits_segment(&self, size: usize) -> bool {
+        size + GROWTH_ROOM <= self.segment_size()
+    }
+
+    /// Writes a new version of `key` into its TTL group's segment; `None` when no room can be
+    /// made. The older version, if any, is replaced.
+    #[allow(clippy::too_many_arguments)]
+    fn put_small(
+        &self,
+        sh: &mut Shard,
+        key: &[u8],
+        tag: u32,
+        flags: u32,
+        expiry: u32,
+        parts: [&[u8]; 2],
+        keep_bits: u8,
+        now: UnixSecs,
+    ) -> Option<Loc> {
+        let value_len = parts[0].len() + parts[1].len();
+        let size = item::item_size(key.len(), value_len, flags, expiry != 0);
+        debug_assert!(self.fits_segment(size));
+        let loc = self.reserve(sh, size, group_of(expiry, now), now)?;
+        let created = get32(&self.meta(loc.seg).created);
+        let hdr = {
+            // SAFETY: `loc.seg` is this locked shard's active segment; the slice ends here.
+            let bytes = unsafe { self.segment(loc.seg) };
+            let item = &mut bytes[loc.off as usize..];
+            let access = item::encode_age(now.saturating_sub(created));
+            item::write(
+                item,
+                key,
+                flags,
+                expiry,
+                expiry != 0,
+                parts,
+                keep_bits,
+                access,
+            );
+            item::parse(item)
+        };
+        self.link(sh, key, tag, loc, hdr);
+        Some(loc)
+    }
+
+    /// A run of `len` contiguous segments for a large item, evicting whatever holds a window of
+    /// the heap when no free run exists. Called without any shard lock held.
+    fn alloc_run(&self, len: usize) -> Option<u32> {
+        let segments = self.metas.len();
+        if len > segments {
+            return None;
+        }
+        for _ in 0..8 {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(start) = pool.find_run(len) {
+                for seg in start..start + len {
+                    set_bit(&mut pool.free, seg, false);
+                }
+                pool.free_count -= len;
+                drop(pool);
+                self.mark_pending(start as u32, len);
+                return Some(start as u32);
+            }
+            if self.config.eviction == Eviction::None {
+                return None;
+            }
+            // Claim a window no other large write is using, then empty it.
+            let starts = segments - len + 1;
+            let start = (0..starts).map(|i| (pool.window + i) % starts).find(|&s| {
+                (s..s + len).all(|seg| {
+                    !bit(&pool.claimed, seg) && get32(&self.metas[seg].owner) != OWNER_PENDING
+                })
+            })?;
+            pool.window = start + len;
+            for seg in start..start + len {
+                set_bit(&mut pool.claimed, seg, true);
+                if bit(&pool.free, seg) {
+                    set_bit(&mut pool.free, seg, false);
+                    pool.free_count -= 1;
+                }
+            }
+            drop(pool);
+            let now = self.clock.now();
+            for seg in start..start + len {
+                let owner = get32(&self.metas[seg].owner);
+                if (owner as usize) < self.shards.len() {
+                    let mut sh = self.lock(owner as usize);
+                    // Re-checked under the lock: the shard may have freed it meanwhile.
+                    if get32(&self.metas[seg].owner) == owner {
+                        let head = get32(&self.metas[seg].head);
+                        self.evict_segment(&mut sh, head, now);
+                        self.release(&mut sh, false);
+                    }
+                }
+            }
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            for seg in start..start + len {
+                set_bit(&mut pool.claimed, seg, false);
+            }
+            if (start..start + len).all(|seg| get32(&self.metas[seg].owner) == OWNER_FREE) {
+                drop(pool);
+                self.mark_pending(start as u32, len);
+                return Some(start as u32);
+            }
+            // Not emptied (cannot happen while claims hold); give back what is free and retry.
+            for seg in start..start + len {
+                if get32(&self.metas[seg].owner) == OWNER_FREE && !bit(&pool.free, seg) {
+                    pool.give(seg as u32);
+                }
+            }
+        }
+        None
+    }
+
+    fn mark_pending(&self, start: u32, len: usize) {
+        for seg in start..start + len as u32 {
+            set32(&self.meta(seg).owner, OWNER_PENDING);
+            set32(&self.meta(seg).head, start);
+        }
+        set32(&self.meta(start).run_len, len as u32);
+    }
+
+    /// Gives back a run that was not used.
+    fn free_run(&self, start: u32, len: usize) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        for seg in start..start + len as u32 {
+            let meta = self.meta(seg);
+            set32(&meta.owner, OWNER_FREE);
+            set32(&meta.head, seg);
+            set32(&meta.run_len, 1);
+            pool.give(seg);
+        }
+    }
+
+    /// Makes a reserved run part of the shard, in TTL group `g`.
+    fn adopt_run(
+        &self,
+        sh: &mut Shard,
+        start: u32,
+        len: usize,
+        size: usize,
+        g: usize,
+        now: UnixSecs,
+    ) {
+        let epoch = self.next_epoch();
+        for seg in start..start + len as u32 {
+            set32(&self.meta(seg).owner, sh.id);
+        }
+        let meta = self.meta(start);
+        set32(&meta.write_off, size as u32);
+        set32(&meta.live, 0);
+        set32(&meta.max_expiry, 0);
+        set32(&meta.created, now);
+        set32(&meta.group, g as u32);
+        meta.epoch.store(epoch, Relaxed);
+        meta.order.store(epoch, Relaxed);
+        sh.chains[g].push_back(start);
     }
 
     /// Looks `key` up and hands the item to `read`.
     pub fn get<R>(&self, key: &[u8], read: impl FnOnce(ItemView<'_>) -> R) -> Result<R, Miss> {
-        let now = self.clock.now();
-        let mut shard = self.shard(key).lock().unwrap();
-        self.check_live(&mut shard, key, now)?;
-        let entry = shard.map.get_mut(key).expect("checked live");
-        entry.fetched = true;
-        Ok(read(view(entry)))
+        self.read_item(key, None, |item, _| read(item))
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -315,18 +1234,141 @@ impl Store {
         expiry: Expiry,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        let now = self.clock.now();
-        let mut shard = self.shard(key).lock().unwrap();
-        self.check_live(&mut shard, key, now)?;
-        let entry = shard.map.get_mut(key).expect("checked live");
-        entry.fetched = true;
-        entry.expiry = expiry;
-        Ok(read(view(entry)))
+        self.read_item(key, Some(expiry), |item, _| read(item))
+    }
+
+    /// For the meta protocol: like `get`/`get_and_touch`, and `read` may change the item's
+    /// stale and win-token marks, which are saved with the read (e.g. `mg` handing out a win
+    /// token sets `win_sent` in the same locked step that saw it clear).
+    pub fn get_marked<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item(key, touch, read)
+    }
+
+    /// `md <key> I` / `ms ... I`: marks the item stale (clearing its win token, so the next
+    /// reader wins the recache) and, when given, sets a new expiry. False when not there.
+    pub fn invalidate(&self, key: &[u8], expiry: Option<Expiry>) -> bool {
+        self.read_item(key, expiry, |_, marks| {
+            *marks = Marks {
+                stale: true,
+                win_sent: false,
+            }
+        })
+        .is_ok()
     }
 
     /// Sets the expiry of `key`; false when it is not there.
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> bool {
-        self.get_and_touch(key, expiry, |_| ()).is_ok()
+        self.read_item(key, Some(expiry), |_, _| ()).is_ok()
+    }
+
+    fn read_item<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        let (shard, tag) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        self.catch_up_flush(sh, key, tag, now)?;
+        let mut found = self.live(sh, key, tag, now)?;
+        if let Some(expiry) = touch {
+            found = self.set_expiry(sh, found, key, tag, expiry.0, now)?;
+        }
+        let cas = self.cas_of(found.loc);
+        let created = get32(&self.meta(found.loc.seg).created);
+        let h = found.hdr;
+        // SAFETY: the item's segment belongs to this locked shard; the only slice alive, and it
+        // does not outlive this function (the reader cannot keep the borrowed view).
+        let bytes = unsafe { self.segment(found.loc.seg) };
+        let item = &mut bytes[found.loc.off as usize..];
+        let mut marks = Marks {
+            stale: h.has(item::STALE),
+            win_sent: h.has(item::WIN_SENT),
+        };
+        let result = read(
+            ItemView {
+                value: &item[h.value_range()],
+                flags: h.flags,
+                cas,
+                expiry: Expiry(h.expiry),
+                fetched: h.has(item::FETCHED),
+                last_access: created + item::decode_age(h.access),
+                stale: marks.stale,
+                win_sent: marks.win_sent,
+            },
+            &mut marks,
+        );
+        let mark = |on: bool, bit: u8| if on { bit } else { 0 };
+        let set = item::FETCHED
+            | item::REFERENCED
+            | mark(marks.stale, item::STALE)
+            | mark(marks.win_sent, item::WIN_SENT);
+        let clear = mark(!marks.stale, item::STALE) | mark(!marks.win_sent, item::WIN_SENT);
+        // Only write when something changes: repeated reads leave the cache line clean.
+        if (h.bits & !clear) | set != h.bits {
+            item::set_bits(item, set, clear);
+        }
+        let access = item::encode_age(now.saturating_sub(created));
+        if access != h.access {
+            item::set_access(item, access);
+        }
+        Ok(result)
+    }
+
+    /// Gives an item a new deadline: in place when it has an expiry field, else by rewriting it
+    /// with one (the one case besides merge where a value keeps its bytes but gets a new CAS).
+    fn set_expiry(
+        &self,
+        sh: &mut Shard,
+        found: Found,
+        key: &[u8],
+        tag: u32,
+        expiry: u32,
+        now: UnixSecs,
+    ) -> Result<Found, Miss> {
+        let h = found.hdr;
+        if let Some(at) = h.expiry_at() {
+            {
+                // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+                let bytes = unsafe { self.segment(found.loc.seg) };
+                let field = found.loc.off as usize + at;
+                bytes[field..field + 4].copy_from_slice(&expiry.to_le_bytes());
+            }
+            let meta = self.meta(found.loc.seg);
+            set32(
+                &meta.max_expiry,
+                get32(&meta.max_expiry).max(expiry_rank(expiry)),
+            );
+            return Ok(Found {
+                hdr: Header { expiry, ..h },
+                ..found
+            });
+        }
+        if expiry == 0 {
+            return Ok(found);
+        }
+        let mut scratch = std::mem::take(&mut sh.scratch);
+        scratch.clear();
+        {
+            // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+            let bytes = unsafe { self.segment(found.loc.seg) };
+            let item = &bytes[found.loc.off as usize..];
+            scratch.extend_from_slice(&item[h.value_range()]);
+        }
+        let keep = h.bits & (item::FETCHED | item::STALE | item::WIN_SENT | item::REFERENCED);
+        let written = self.put_small(sh, key, tag, h.flags, expiry, [&scratch, &[]], keep, now);
+        sh.scratch = scratch;
+        // With eviction off and the heap full the item cannot move; it is reported missing
+        // rather than served with the wrong deadline.
+        written.ok_or(Miss::NotFound)?;
+        self.lookup(sh, key, tag).ok_or(Miss::NotFound)
     }
 
     pub fn store(
@@ -337,227 +1379,297 @@ impl Store {
         expiry: Expiry,
         value: &[u8],
     ) -> StoreOutcome {
-        let now = self.clock.now();
-        let mut shard = self.shard(key).lock().unwrap();
-        let live = self.check_live(&mut shard, key, now).is_ok();
-        let (flags, expiry, new_value) = match op {
-            StoreOp::Set => (flags, expiry, None),
-            StoreOp::Add if live => return StoreOutcome::NotStored,
-            StoreOp::Add => (flags, expiry, None),
-            StoreOp::Replace | StoreOp::Append | StoreOp::Prepend if !live => {
-                return StoreOutcome::NotStored
-            }
-            StoreOp::Replace => (flags, expiry, None),
-            StoreOp::Append | StoreOp::Prepend => {
-                let old = &shard.map[key];
-                let mut joined = Vec::with_capacity(old.value.len() + value.len());
-                if op == StoreOp::Append {
-                    joined.extend_from_slice(&old.value);
-                    joined.extend_from_slice(value);
-                } else {
-                    joined.extend_from_slice(value);
-                    joined.extend_from_slice(&old.value);
-                }
-                (old.flags, old.expiry, Some(joined))
-            }
-            StoreOp::Cas(_) if !live => return StoreOutcome::NotFound,
-            StoreOp::Cas(unique) if shard.map[key].cas != unique => return StoreOutcome::Exists,
-            StoreOp::Cas(_) => (flags, expiry, None),
-        };
-        let new_value = new_value.as_deref().unwrap_or(value);
-        if new_value.len() > self.config.max_item_size {
-            // Like memcached, a failed set leaves no stale copy behind.
-            if op == StoreOp::Set {
-                remove(&mut shard, key);
-            }
+        if key.is_empty() || key.len() > MAX_KEY {
             return StoreOutcome::TooLarge;
         }
-        let cas = self.new_cas();
-        let entry = Entry {
-            value: new_value.into(),
-            flags,
-            cas,
-            expiry,
-            stored_at: now,
-            fetched: false,
-        };
-        match self.insert(&mut shard, key, entry) {
-            Ok(()) => StoreOutcome::Stored { cas },
-            Err(()) => {
-                if op == StoreOp::Set {
-                    remove(&mut shard, key);
+        let (shard, tag) = self.hash(key);
+        // A run reserved for a large item while no shard lock was held.
+        let mut run: Option<(u32, usize)> = None;
+        loop {
+            let now = self.clock.now();
+            let mut guard = self.lock(shard);
+            let sh = &mut *guard;
+            let found = match self.catch_up_flush(sh, key, tag, now) {
+                Ok(()) => self.live(sh, key, tag, now).ok(),
+                Err(_) => None,
+            };
+            let (flags, expiry, old_first) = match (op, found) {
+                (StoreOp::Add, Some(_)) => return self.give_up(run, StoreOutcome::NotStored),
+                (StoreOp::Replace | StoreOp::Append | StoreOp::Prepend, None) => {
+                    return self.give_up(run, StoreOutcome::NotStored)
                 }
-                StoreOutcome::OutOfMemory
+                (StoreOp::Cas(_), None) => return self.give_up(run, StoreOutcome::NotFound),
+                (StoreOp::Cas(unique), Some(f)) if self.cas_of(f.loc) != unique => {
+                    return self.give_up(run, StoreOutcome::Exists)
+                }
+                // append/prepend keep the item's flags and expiry, as memcached does.
+                (StoreOp::Append, Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(true)),
+                (StoreOp::Prepend, Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(false)),
+                _ => (flags, expiry.0, None),
+            };
+            let mut scratch = std::mem::take(&mut sh.scratch);
+            scratch.clear();
+            if let (Some(f), Some(_)) = (found, old_first) {
+                // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+                let bytes = unsafe { self.segment(f.loc.seg) };
+                scratch.extend_from_slice(&bytes[f.loc.off as usize..][f.hdr.value_range()]);
+            }
+            let parts: [&[u8]; 2] = match old_first {
+                Some(true) => [&scratch, value],
+                Some(false) => [value, &scratch],
+                None => [value, &[]],
+            };
+            let value_len = parts[0].len() + parts[1].len();
+            if value_len > self.config.max_item_size {
+                sh.scratch = scratch;
+                return self.fail(sh, op, key, tag, run, StoreOutcome::TooLarge);
+            }
+            if self.fits_segment(item::item_size(key.len(), value_len, flags, expiry != 0)) {
+                let written = self.put_small(sh, key, tag, flags, expiry, parts, 0, now);
+                sh.scratch = scratch;
+                return match written {
+                    Some(loc) => self.give_up(
+                        run,
+                        StoreOutcome::Stored {
+                            cas: self.cas_of(loc),
+                        },
+                    ),
+                    None => self.fail(sh, op, key, tag, run, StoreOutcome::OutOfMemory),
+                };
+            }
+            // Large item: it takes a run of whole segments, with room for a deadline so a
+            // touch never has to move it.
+            let size = item::item_size(key.len(), value_len, flags, true);
+            let len = size.div_ceil(self.segment_size());
+            if let Some((start, run_len)) = run.take() {
+                if run_len == len {
+                    {
+                        // SAFETY: the run was reserved by this call and is not linked yet, so
+                        // nothing else refers to its bytes; the slice ends here.
+                        let bytes = unsafe { self.segment(start) };
+                        item::write(bytes, key, flags, expiry, true, parts, 0, 0);
+                    }
+                    sh.scratch = scratch;
+                    self.adopt_run(sh, start, len, size, group_of(expiry, now), now);
+                    // SAFETY: the run now belongs to this locked shard; the slice is temporary.
+                    let hdr = item::parse(unsafe { self.segment(start) });
+                    let loc = Loc { seg: start, off: 0 };
+                    self.link(sh, key, tag, loc, hdr);
+                    return StoreOutcome::Stored {
+                        cas: self.cas_of(loc),
+                    };
+                }
+                // The size changed under a concurrent append: reserve again.
+                self.free_run(start, run_len);
+            }
+            sh.scratch = scratch;
+            drop(guard);
+            match self.alloc_run(len) {
+                Some(start) => run = Some((start, len)),
+                None => {
+                    let mut guard = self.lock(shard);
+                    return self.fail(&mut guard, op, key, tag, None, StoreOutcome::OutOfMemory);
+                }
             }
         }
     }
 
-    /// Inserts, evicting others from the shard when the heap share is full.
-    fn insert(&self, shard: &mut Shard, key: &[u8], entry: Entry) -> Result<(), ()> {
-        let need = charge(key, &entry.value);
-        let old = shard.map.get(key).map_or(0, |e| charge(key, &e.value));
-        while shard.used - old + need > self.shard_heap {
-            if self.config.eviction == Eviction::None {
-                return Err(());
-            }
-            let victim = shard.map.keys().find(|k| k.as_ref() != key).cloned();
-            let Some(victim) = victim else {
-                return Err(());
-            };
-            if !shard.map[&victim].fetched {
-                self.counters
-                    .evicted_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            remove(shard, &victim);
-            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+    fn give_up(&self, run: Option<(u32, usize)>, outcome: StoreOutcome) -> StoreOutcome {
+        if let Some((start, len)) = run {
+            self.free_run(start, len);
         }
-        remove(shard, key);
-        shard.used += need;
-        shard.map.insert(key.into(), entry);
-        self.counters.total_items.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        outcome
+    }
+
+    /// Like memcached, a set that fails leaves no stale copy behind.
+    fn fail(
+        &self,
+        sh: &mut Shard,
+        op: StoreOp,
+        key: &[u8],
+        tag: u32,
+        run: Option<(u32, usize)>,
+        outcome: StoreOutcome,
+    ) -> StoreOutcome {
+        if op == StoreOp::Set {
+            if let Some(old) = self.lookup(sh, key, tag) {
+                self.unlink(sh, old, Cause::Gone, true);
+            }
+        }
+        self.give_up(run, outcome)
     }
 
     pub fn delete(&self, key: &[u8]) -> bool {
+        let (shard, tag) = self.hash(key);
         let now = self.clock.now();
-        let mut shard = self.shard(key).lock().unwrap();
-        if self.check_live(&mut shard, key, now).is_err() {
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        if self.catch_up_flush(sh, key, tag, now).is_err() {
             return false;
         }
-        remove(&mut shard, key);
-        true
+        match self.live(sh, key, tag, now) {
+            Ok(found) => {
+                self.unlink(sh, found, Cause::Gone, true);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// incr/decr as memcached does them: the value must be a decimal u64 (leading spaces allowed),
-    /// incr wraps at 2^64, decr stops at 0, and a result shorter than the value is space-padded in
-    /// place. Returns the new number.
+    /// incr wraps at 2^64, decr stops at 0, and a result shorter than the value is space-padded
+    /// to the value's length. The result is a new version (new CAS) with the item's flags and
+    /// expiry. Returns the new number.
     pub fn incr_decr(&self, key: &[u8], op: Arith, delta: u64) -> Result<u64, ArithError> {
+        let (shard, tag) = self.hash(key);
         let now = self.clock.now();
-        let mut shard = self.shard(key).lock().unwrap();
-        self.check_live(&mut shard, key, now)
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        self.catch_up_flush(sh, key, tag, now)
             .map_err(|_| ArithError::NotFound)?;
-        let entry = shard.map.get(key).expect("checked live");
-        let current = parse_u64(&entry.value).ok_or(ArithError::NonNumeric)?;
+        let found = self
+            .live(sh, key, tag, now)
+            .map_err(|_| ArithError::NotFound)?;
+        let h = found.hdr;
+        let current = {
+            // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+            let bytes = unsafe { self.segment(found.loc.seg) };
+            parse_u64(&bytes[found.loc.off as usize..][h.value_range()])
+        }
+        .ok_or(ArithError::NonNumeric)?;
         let next = match op {
             Arith::Incr => current.wrapping_add(delta),
             Arith::Decr => current.saturating_sub(delta),
         };
-        let digits = next.to_string();
-        let mut value = digits.clone().into_bytes();
-        if value.len() < entry.value.len() {
-            value.resize(entry.value.len(), b' ');
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut n = next;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
         }
-        let cas = self.new_cas();
-        let replacement = Entry {
-            value: value.into(),
-            flags: entry.flags,
-            cas,
-            expiry: entry.expiry,
-            stored_at: now,
-            fetched: entry.fetched,
-        };
-        self.insert(&mut shard, key, replacement)
-            .map_err(|_| ArithError::OutOfMemory)?;
-        Ok(next)
+        let digits = &digits[start..];
+        if !self.fits_segment(h.size()) {
+            // A large item keeps its run: the number is written over the value in place
+            // (never longer than it, the value being far above 20 bytes), padded with spaces,
+            // and the run's epoch moves so the CAS changes.
+            {
+                // SAFETY: the run belongs to this locked shard; the slice ends here.
+                let bytes = unsafe { self.segment(found.loc.seg) };
+                let value = &mut bytes[h.value_range()];
+                value[..digits.len()].copy_from_slice(digits);
+                value[digits.len()..].fill(b' ');
+            }
+            self.meta(found.loc.seg)
+                .epoch
+                .store(self.next_epoch(), Relaxed);
+            return Ok(next);
+        }
+        let mut scratch = std::mem::take(&mut sh.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(digits);
+        if scratch.len() < h.value_len {
+            scratch.resize(h.value_len, b' ');
+        }
+        let keep = h.bits & (item::FETCHED | item::REFERENCED);
+        let written = self.put_small(sh, key, tag, h.flags, h.expiry, [&scratch, &[]], keep, now);
+        sh.scratch = scratch;
+        written.map(|_| next).ok_or(ArithError::OutOfMemory)
     }
 
     /// `flush_all [delay]`: items stored before `now + delay` stop being served from then on.
+    /// Each shard is emptied by its first operation once the deadline has come (an immediate
+    /// flush empties them all now).
     pub fn flush_all(&self, delay_secs: u32) {
+        let _serial = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.now();
-        let mut mark = self.flush.lock().unwrap();
+        // A flush already due must not be cancelled by the new mark.
+        self.catch_up_all(now);
+        let seq = (self.flush.load(Relaxed) as u32).wrapping_add(1);
+        let at = now.saturating_add(delay_secs);
+        self.flush.store(((at as u64) << 32) | seq as u64, Relaxed);
         if delay_secs == 0 {
-            *mark = FlushMark {
-                at: now.max(1),
-                below_cas: self.next_cas.load(Ordering::Relaxed),
-            };
-            drop(mark);
-            for shard in self.shards.iter() {
-                let mut shard = shard.lock().unwrap();
-                shard.map.clear();
-                shard.used = 0;
-            }
-        } else {
-            *mark = FlushMark {
-                at: now.saturating_add(delay_secs),
-                below_cas: 0,
-            };
+            self.catch_up_all(now);
         }
     }
 
-    /// Takes back the memory of expired items without waiting for them to be read. The server
-    /// calls this from a background thread.
+    fn catch_up_all(&self, now: UnixSecs) {
+        for shard in 0..self.shards.len() {
+            let mut sh = self.lock(shard);
+            let _ = self.catch_up_flush(&mut sh, &[], 0, now);
+        }
+    }
+
+    /// Takes back the memory of expired items without waiting for them to be read: every
+    /// segment whose items have all expired is freed whole (`reclaimed_segments`). The server
+    /// calls this from a background thread, about once a second.
     pub fn reclaim_expired(&self) {
         let now = self.clock.now();
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap();
-            let expired: Vec<Box<[u8]>> = shard
-                .map
-                .iter()
-                .filter(|(_, e)| e.expiry.is_expired_at(now))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in expired {
-                let _ = self.check_live(&mut shard, &key, now);
-            }
+        for shard in 0..self.shards.len() {
+            let mut guard = self.lock(shard);
+            let sh = &mut *guard;
+            let _ = self.catch_up_flush(sh, &[], 0, now);
+            self.reclaim_shard(sh, now);
+            self.release(sh, false);
         }
     }
 
     pub fn stats(&self) -> StoreStats {
-        let (mut curr_items, mut bytes) = (0u64, 0u64);
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap();
-            curr_items += shard.map.len() as u64;
-            bytes += shard
-                .map
-                .iter()
-                .map(|(k, e)| (k.len() + e.value.len()) as u64)
-                .sum::<u64>();
+        let now = self.clock.now();
+        let mut total = Counters::default();
+        let mut index_bytes = 0;
+        for shard in 0..self.shards.len() {
+            let mut guard = self.lock(shard);
+            let sh = &mut *guard;
+            let _ = self.catch_up_flush(sh, &[], 0, now);
+            let c = sh.counters;
+            total.curr_items += c.curr_items;
+            total.bytes += c.bytes;
+            total.item_bytes += c.item_bytes;
+            total.total_items += c.total_items;
+            total.evictions += c.evictions;
+            total.reclaimed += c.reclaimed;
+            total.expired_unfetched += c.expired_unfetched;
+            total.evicted_unfetched += c.evicted_unfetched;
+            total.reclaimed_segments += c.reclaimed_segments;
+            total.merges += c.merges;
+            index_bytes += sh.index.bytes() as u64;
         }
-        let c = &self.counters;
+        let free = self
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free_count;
         StoreStats {
-            curr_items,
-            total_items: c.total_items.load(Ordering::Relaxed),
-            bytes,
+            curr_items: total.curr_items,
+            total_items: total.total_items,
+            bytes: total.bytes,
             limit_maxbytes: self.config.heap_bytes as u64,
-            evictions: c.evictions.load(Ordering::Relaxed),
-            reclaimed: c.reclaimed.load(Ordering::Relaxed),
-            expired_unfetched: c.expired_unfetched.load(Ordering::Relaxed),
-            evicted_unfetched: c.evicted_unfetched.load(Ordering::Relaxed),
+            evictions: total.evictions,
+            reclaimed: total.reclaimed,
+            expired_unfetched: total.expired_unfetched,
+            evicted_unfetched: total.evicted_unfetched,
+            reclaimed_segments: total.reclaimed_segments,
+            merges: total.merges,
+            heap_used: ((self.metas.len() - free) << self.segment_shift) as u64,
+            index_bytes,
+            item_bytes_with_headers: total.item_bytes,
         }
     }
 
     /// `stats reset`: zeroes the cumulative counters (not the gauges).
     pub fn reset_stats(&self) {
-        let c = &self.counters;
-        for counter in [
-            &c.total_items,
-            &c.evictions,
-            &c.reclaimed,
-            &c.expired_unfetched,
-            &c.evicted_unfetched,
-        ] {
-            counter.store(0, Ordering::Relaxed);
+        for shard in 0..self.shards.len() {
+            let mut sh = self.lock(shard);
+            let c = &mut sh.counters;
+            (c.total_items, c.evictions, c.reclaimed) = (0, 0, 0);
+            (c.expired_unfetched, c.evicted_unfetched) = (0, 0);
+            (c.reclaimed_segments, c.merges) = (0, 0);
         }
-    }
-}
-
-fn view(entry: &Entry) -> ItemView<'_> {
-    ItemView {
-        value: &entry.value,
-        flags: entry.flags,
-        cas: entry.cas,
-        expiry: entry.expiry,
-    }
-}
-
-fn charge(key: &[u8], value: &[u8]) -> usize {
-    key.len() + value.len() + ENTRY_OVERHEAD
-}
-
-fn remove(shard: &mut Shard, key: &[u8]) {
-    if let Some(old) = shard.map.remove(key) {
-        shard.used -= charge(key, &old.value);
     }
 }
 
@@ -631,7 +1743,13 @@ mod tests {
         assert_eq!(s.incr_decr(b"n", Arith::Decr, 1), Ok(99));
         assert_eq!(get(&s, b"n"), Ok(b"99 ".to_vec()));
         assert_eq!(s.incr_decr(b"n", Arith::Decr, 1000), Ok(0));
-        s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"18446744073709551615");
+        s.store(
+            StoreOp::Set,
+            b"n",
+            0,
+            Expiry::NEVER,
+            b"18446744073709551615",
+        );
         assert_eq!(s.incr_decr(b"n", Arith::Incr, 2), Ok(1));
         s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b" 12");
         assert_eq!(s.incr_decr(b"n", Arith::Incr, 1), Ok(13));

@@ -1,0 +1,228 @@
+//! An item as laid out in a segment: a 4-to-15-byte header, the key, the value. No padding and
+//! no per-item CAS, time stamp or pointers: the CAS comes from where the item lives (see
+//! `Store::cas_of`), the TTL group from the segment, and the hash index points at the item.
+//!
+//! ```text
+//! byte 0      key length (1..=250)
+//! byte 1      bits: value-length width (2 bits), has-flags, has-expiry, fetched, stale,
+//!             win-token-sent, referenced (read since written or last merged)
+//! byte 2      last access, as a coarse age relative to the segment's creation (`encode_age`)
+//! 3..         value length, 1-4 bytes little-endian
+//!             client flags, 4 bytes, only when non-zero
+//!             expiry (unix seconds), 4 bytes, only when the item has a deadline
+//!             key, value
+//! ```
+
+pub(crate) const VLEN_WIDTH: u8 = 0b11;
+pub(crate) const HAS_FLAGS: u8 = 1 << 2;
+pub(crate) const HAS_EXPIRY: u8 = 1 << 3;
+pub(crate) const FETCHED: u8 = 1 << 4;
+pub(crate) const STALE: u8 = 1 << 5;
+pub(crate) const WIN_SENT: u8 = 1 << 6;
+pub(crate) const REFERENCED: u8 = 1 << 7;
+
+const BITS: usize = 1;
+const ACCESS: usize = 2;
+const VLEN: usize = 3;
+
+/// A parsed item header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Header {
+    pub(crate) bits: u8,
+    pub(crate) access: u8,
+    pub(crate) key_len: usize,
+    pub(crate) value_len: usize,
+    pub(crate) flags: u32,
+    /// 0 = never.
+    pub(crate) expiry: u32,
+    pub(crate) len: usize,
+}
+
+impl Header {
+    pub(crate) fn size(&self) -> usize {
+        self.len + self.key_len + self.value_len
+    }
+
+    pub(crate) fn key<'a>(&self, item: &'a [u8]) -> &'a [u8] {
+        &item[self.len..self.len + self.key_len]
+    }
+
+    pub(crate) fn value_range(&self) -> std::ops::Range<usize> {
+        self.len + self.key_len..self.size()
+    }
+
+    /// Where the expiry field is, when the item has one.
+    pub(crate) fn expiry_at(&self) -> Option<usize> {
+        (self.bits & HAS_EXPIRY != 0).then(|| self.len - 4)
+    }
+
+    pub(crate) fn has(&self, bit: u8) -> bool {
+        self.bits & bit != 0
+    }
+}
+
+fn vlen_width(value_len: usize) -> usize {
+    match value_len {
+        0..=0xff => 1,
+        0x100..=0xffff => 2,
+        0x1_0000..=0xff_ffff => 3,
+        _ => 4,
+    }
+}
+
+/// Header bytes for an item with these fields; `expiry_field` keeps room for a deadline even
+/// when there is none yet (large items, so a touch can set one in place).
+pub(crate) fn header_len(value_len: usize, flags: u32, expiry_field: bool) -> usize {
+    VLEN + vlen_width(value_len) + if flags != 0 { 4 } else { 0 } + if expiry_field { 4 } else { 0 }
+}
+
+pub(crate) fn item_size(key_len: usize, value_len: usize, flags: u32, expiry_field: bool) -> usize {
+    header_len(value_len, flags, expiry_field) + key_len + value_len
+}
+
+/// Writes header, key and the value (given in up to two parts, for append/prepend) at the
+/// start of `buf`; `keep_bits` carries state bits over from an older version. An `expiry` of
+/// 0 (never) is written as a field only when `expiry_field` is set.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write(
+    buf: &mut [u8],
+    key: &[u8],
+    flags: u32,
+    expiry: u32,
+    expiry_field: bool,
+    parts: [&[u8]; 2],
+    keep_bits: u8,
+    access: u8,
+) {
+    debug_assert!(expiry == 0 || expiry_field);
+    let value_len = parts[0].len() + parts[1].len();
+    let width = vlen_width(value_len);
+    let mut bits = (width as u8 - 1) | (keep_bits & !(VLEN_WIDTH | HAS_FLAGS | HAS_EXPIRY));
+    buf[0] = key.len() as u8;
+    buf[ACCESS] = access;
+    buf[VLEN..VLEN + width].copy_from_slice(&(value_len as u32).to_le_bytes()[..width]);
+    let mut at = VLEN + width;
+    if flags != 0 {
+        bits |= HAS_FLAGS;
+        buf[at..at + 4].copy_from_slice(&flags.to_le_bytes());
+        at += 4;
+    }
+    if expiry_field {
+        bits |= HAS_EXPIRY;
+        buf[at..at + 4].copy_from_slice(&expiry.to_le_bytes());
+        at += 4;
+    }
+    buf[BITS] = bits;
+    buf[at..at + key.len()].copy_from_slice(key);
+    at += key.len();
+    buf[at..at + parts[0].len()].copy_from_slice(parts[0]);
+    at += parts[0].len();
+    buf[at..at + parts[1].len()].copy_from_slice(parts[1]);
+}
+
+pub(crate) fn parse(item: &[u8]) -> Header {
+    let bits = item[BITS];
+    let width = (bits & VLEN_WIDTH) as usize + 1;
+    let mut raw = [0u8; 4];
+    raw[..width].copy_from_slice(&item[VLEN..VLEN + width]);
+    let mut at = VLEN + width;
+    let mut flags = 0;
+    if bits & HAS_FLAGS != 0 {
+        flags = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
+        at += 4;
+    }
+    let mut expiry = 0;
+    if bits & HAS_EXPIRY != 0 {
+        expiry = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
+        at += 4;
+    }
+    Header {
+        bits,
+        access: item[ACCESS],
+        key_len: item[0] as usize,
+        value_len: u32::from_le_bytes(raw) as usize,
+        flags,
+        expiry,
+        len: at,
+    }
+}
+
+pub(crate) fn set_bits(item: &mut [u8], set: u8, clear: u8) {
+    item[BITS] = (item[BITS] & !clear) | set;
+}
+
+pub(crate) fn set_access(item: &mut [u8], access: u8) {
+    item[ACCESS] = access;
+}
+
+/// Seconds of age in one byte: exact below 64 s, then 8 steps per doubling (within 12.5%),
+/// saturating after about 17 years. Used for "last access", which memcached's meta `l` flag
+/// reports in seconds and which may be coarse.
+pub(crate) fn encode_age(secs: u32) -> u8 {
+    if secs < 64 {
+        return secs as u8;
+    }
+    let exp = 31 - secs.leading_zeros(); // >= 6
+    let mantissa = (secs >> (exp - 3)) & 7;
+    (64 + (exp - 6) * 8 + mantissa).min(255) as u8
+}
+
+pub(crate) fn decode_age(code: u8) -> u32 {
+    if code < 64 {
+        return code as u32;
+    }
+    let exp = (code as u32 - 64) / 8 + 6;
+    let mantissa = (code as u32 - 64) % 8;
+    (8 + mantissa) << (exp - 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_header_shape() {
+        for (value_len, flags, expiry) in [
+            (0, 0, 0),
+            (32, 0, 0),
+            (300, 7, 0),
+            (70_000, 0, 99),
+            (20_000_000, u32::MAX, u32::MAX),
+        ] {
+            let key = b"some-key";
+            let value = vec![b'v'; value_len];
+            let size = item_size(key.len(), value_len, flags, expiry != 0);
+            let mut buf = vec![0; size + 3];
+            write(
+                &mut buf,
+                key,
+                flags,
+                expiry,
+                expiry != 0,
+                [&value, &[]],
+                FETCHED,
+                9,
+            );
+            let h = parse(&buf);
+            assert_eq!(h.size(), size);
+            assert_eq!(h.key(&buf), key);
+            assert_eq!(&buf[h.value_range()], &value[..]);
+            assert_eq!((h.flags, h.expiry, h.access), (flags, expiry, 9));
+            assert!(h.has(FETCHED));
+        }
+        assert_eq!(item_size(10, 32, 0, false), 10 + 32 + 4);
+        assert_eq!(encode_age(u32::MAX), 255);
+    }
+
+    #[test]
+    fn age_codes_are_monotonic_and_close() {
+        let mut last = 0;
+        for secs in (0..100_000u32).chain([1 << 20, 1 << 28]) {
+            let code = encode_age(secs);
+            assert!(code >= last);
+            last = code;
+            let back = decode_age(code);
+            assert!(back <= secs && (secs - back) as u64 * 8 <= secs as u64 + 8);
+        }
+    }
+}
