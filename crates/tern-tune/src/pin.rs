@@ -80,6 +80,10 @@ pub enum PinError {
     NotEnoughCpus { workers: usize, available: CpuSet },
     #[error("NUMA node {node} does not exist or has no CPUs (nodes: {nodes})")]
     NoSuchNode { node: usize, nodes: CpuSet },
+    #[error("{call}: the kernel refused NUMA node {node}: no such node, or it has no memory")]
+    NodeRefused { node: usize, call: &'static str },
+    #[error("mbind: the region at {addr:#x} does not start on a page boundary")]
+    Unaligned { addr: usize },
     #[error("CPU {cpu} is beyond what sched_setaffinity can address ({max})")]
     CpuOutOfRange { cpu: usize, max: usize },
     #[error("{call}: {source}")]
@@ -286,12 +290,9 @@ const MPOL_MF_MOVE: libc::c_uint = 1 << 1;
 const MASK_NODES: usize = 1024;
 const MASK_WORDS: usize = MASK_NODES / libc::c_ulong::BITS as usize;
 
-fn node_mask(node: usize) -> Result<[libc::c_ulong; MASK_WORDS], PinError> {
+fn node_mask(node: usize, call: &'static str) -> Result<[libc::c_ulong; MASK_WORDS], PinError> {
     if node >= MASK_NODES {
-        return Err(PinError::NoSuchNode {
-            node,
-            nodes: CpuSet::new(),
-        });
+        return Err(PinError::NodeRefused { node, call });
     }
     let mut mask = [0 as libc::c_ulong; MASK_WORDS];
     let bits = libc::c_ulong::BITS as usize;
@@ -304,10 +305,10 @@ fn node_mask(node: usize) -> Result<[libc::c_ulong; MASK_WORDS], PinError> {
 /// the main thread before starting workers binds the whole heap. Pages already touched stay
 /// where they are; see [`bind_region_to_node`] for those.
 ///
-/// Errors: [`PinError::NoSuchNode`] for a node the kernel does not know or one without memory
-/// (`EINVAL`), [`PinError::Os`] when the kernel refuses (e.g. `EPERM` under a seccomp filter).
+/// Errors: [`PinError::NodeRefused`] for a node the kernel does not know or one without memory
+/// (`EINVAL`), [`PinError::Os`] for anything else (e.g. `EPERM` under a seccomp filter).
 pub fn bind_memory_to_node(node: usize) -> Result<(), PinError> {
-    let mask = node_mask(node)?;
+    let mask = node_mask(node, "set_mempolicy")?;
     // SAFETY: `mask` is a live array of MASK_WORDS words; maxnode MASK_NODES + 1 makes the kernel
     // read exactly MASK_NODES bits (it subtracts one, a historic quirk), all within `mask`.
     let rc = unsafe {
@@ -325,7 +326,14 @@ pub fn bind_memory_to_node(node: usize) -> Result<(), PinError> {
 /// (`mbind(MPOL_BIND, MPOL_MF_MOVE)`). The region must start on a page boundary (as an `mmap`ed
 /// heap does); the kernel rounds its length up to whole pages.
 pub fn bind_region_to_node(region: &[u8], node: usize) -> Result<(), PinError> {
-    let mask = node_mask(node)?;
+    let mask = node_mask(node, "mbind")?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let addr = region.as_ptr() as usize;
+    // The kernel answers EINVAL for this too; tell it apart from a bad node.
+    if addr % page != 0 {
+        return Err(PinError::Unaligned { addr });
+    }
     // SAFETY: mbind only changes where the pages of this address range live; their contents are
     // preserved, and `region` is memory we hold a reference to. `mask` is read as in
     // bind_memory_to_node.
@@ -349,10 +357,7 @@ fn mempolicy_result(rc: libc::c_long, node: usize, call: &'static str) -> Result
     }
     let err = io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EINVAL) {
-        return Err(PinError::NoSuchNode {
-            node,
-            nodes: CpuSet::new(),
-        });
+        return Err(PinError::NodeRefused { node, call });
     }
     Err(PinError::Os { call, source: err })
 }
@@ -504,11 +509,19 @@ mod tests {
         std::thread::spawn(|| {
             assert!(matches!(
                 bind_memory_to_node(1000),
-                Err(PinError::NoSuchNode { node: 1000, .. })
+                Err(PinError::NodeRefused {
+                    node: 1000,
+                    call: "set_mempolicy"
+                })
             ));
             assert!(matches!(
                 bind_memory_to_node(MASK_NODES),
-                Err(PinError::NoSuchNode { .. })
+                Err(PinError::NodeRefused { .. })
+            ));
+            let page = [0u8; 1];
+            assert!(matches!(
+                bind_region_to_node(&page, MASK_NODES),
+                Err(PinError::NodeRefused { call: "mbind", .. })
             ));
             assert_eq!(current_memory_policy().unwrap(), MemoryPolicy::Default);
         })
@@ -532,6 +545,10 @@ mod tests {
             MemoryPolicy::Bind(CpuSet::parse("0").unwrap())
         );
         assert!(region.iter().all(|&b| b == 0), "contents survive the move");
+        assert!(matches!(
+            bind_region_to_node(&region[1..], 0),
+            Err(PinError::Unaligned { .. })
+        ));
         // SAFETY: allocated above with this layout, not used after.
         unsafe { std::alloc::dealloc(ptr, layout) };
     }

@@ -423,15 +423,15 @@ pub fn make_plan(topology: &Topology, req: &PlanRequest) -> Result<Plan> {
             name: nic.name.clone(),
             node: nic_node,
             node_known: nic.node.is_some(),
+            // Round-robin over the interrupt CPUs; none when the NIC has no interrupt lines.
             irqs: nic
                 .irqs
                 .iter()
-                .enumerate()
-                .filter(|_| !targets.is_empty())
-                .map(|(i, irq)| IrqAssignment {
+                .zip(targets.iter().cycle())
+                .map(|(irq, &cpu)| IrqAssignment {
                     irq: irq.irq,
                     name: irq.name.clone(),
-                    cpu: targets[i % targets.len()],
+                    cpu,
                 })
                 .collect(),
         }
