@@ -60,8 +60,17 @@ impl ServerProcess {
         let port = free_port();
         let mut cmd = Command::new(memcached_bin());
         // `-u root`: memcached refuses to run as root without it (CI runs as root); ignored otherwise.
-        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-u", "root"])
-            .args(args);
+        cmd.args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-u",
+            "root",
+        ])
+        .args(args);
         Self::spawn(cmd, port)
     }
 
@@ -76,7 +85,10 @@ impl ServerProcess {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("{cmd:?} exited before accepting: {status}");
             }
-            assert!(Instant::now() < deadline, "{cmd:?} did not accept on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "{cmd:?} did not accept on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -90,6 +102,28 @@ impl ServerProcess {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends `signal` (a name such as `TERM` or `INT`) to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
+    /// Waits for the server to exit (it was told to) and returns its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -157,6 +191,36 @@ impl Conn {
         got
     }
 
+    /// Sends `request` and checks that exactly `reply` comes back (further bytes are left for the
+    /// next call, which then fails on them).
+    pub fn expect(&mut self, request: &[u8], reply: &[u8]) {
+        self.send(request);
+        let mut got = vec![0u8; reply.len()];
+        let mut filled = 0;
+        while filled < got.len() {
+            match self.stream.read(&mut got[filled..]) {
+                Ok(0) => panic!(
+                    "server closed after {:?} in reply to {:?}",
+                    String::from_utf8_lossy(&got[..filled]),
+                    String::from_utf8_lossy(request)
+                ),
+                Ok(n) => filled += n,
+                Err(e) => panic!(
+                    "{e} after {:?} in reply to {:?}, expected {:?}",
+                    String::from_utf8_lossy(&got[..filled]),
+                    String::from_utf8_lossy(request),
+                    String::from_utf8_lossy(reply)
+                ),
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(reply),
+            "reply to {:?}",
+            String::from_utf8_lossy(request)
+        );
+    }
+
     /// Sends `request` and returns the reply, read until it ends with `terminator`.
     pub fn request(&mut self, request: &[u8], terminator: &[u8]) -> Vec<u8> {
         self.send(request);
@@ -172,7 +236,10 @@ impl Conn {
             match self.stream.read(&mut byte) {
                 Ok(1) => got.push(byte[0]),
                 Ok(_) => panic!("server closed; got {:?}", String::from_utf8_lossy(&got)),
-                Err(e) => panic!("no reply line ({e}); got {:?}", String::from_utf8_lossy(&got)),
+                Err(e) => panic!(
+                    "no reply line ({e}); got {:?}",
+                    String::from_utf8_lossy(&got)
+                ),
             }
         }
         String::from_utf8(got).expect("utf-8 reply")

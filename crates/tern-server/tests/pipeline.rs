@@ -1,0 +1,156 @@
+//! Pipelining: many requests per read, requests split at any byte, the `-R` cap, backpressure
+//! on a client that stops reading, and connections spread over worker threads.
+
+use std::io::{ErrorKind, Read, Write};
+use std::time::Duration;
+
+use tern_testkit::ServerProcess;
+
+/// A stream touching every command kind, and the replies memcached gives it.
+const STREAM: &[u8] =
+    b"set a 1 0 3\r\nabc\r\nget a\r\nappend a 0 0 2\r\nde\r\nadd a 0 0 1\r\nx\r\n\
+incr n 1\r\nset n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 3 noreply\r\nget a n zz\r\ntouch a 0\r\n\
+bogus line\r\ndelete a\r\nset b 0 0 0\r\n\r\nget b\r\nversion\r\n";
+const REPLIES: &[u8] = b"STORED\r\nVALUE a 1 3\r\nabc\r\nEND\r\nSTORED\r\nNOT_STORED\r\n\
+NOT_FOUND\r\nSTORED\r\n15\r\nVALUE a 1 5\r\nabcde\r\nVALUE n 0 2\r\n12\r\nEND\r\nTOUCHED\r\n\
+ERROR\r\nDELETED\r\nSTORED\r\nVALUE b 0 0\r\n\r\nEND\r\nVERSION 1.6.18-tern-0.1.0\r\n";
+
+#[test]
+fn the_whole_stream_in_one_write() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    c.expect(STREAM, REPLIES);
+}
+
+#[test]
+fn a_stream_split_at_every_byte_boundary() {
+    // Each split point on its own connection; four servers in parallel to stay fast.
+    let splits: Vec<usize> = (1..STREAM.len()).collect();
+    std::thread::scope(|scope| {
+        for chunk in splits.chunks(splits.len().div_ceil(4)) {
+            scope.spawn(move || {
+                let server = ServerProcess::tern(&["-t", "1"]);
+                for &at in chunk {
+                    let mut c = server.connect();
+                    c.expect(b"flush_all\r\n", b"OK\r\n");
+                    c.send(&STREAM[..at]);
+                    // Give the server the chance to read the first part on its own.
+                    std::thread::sleep(Duration::from_millis(2));
+                    c.send(&STREAM[at..]);
+                    let got = c.read_exact(REPLIES.len());
+                    assert_eq!(
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(REPLIES),
+                        "split at byte {at}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn requests_beyond_dash_r_yield_and_are_still_served() {
+    let server = ServerProcess::tern(&["-R", "2", "-t", "1"]);
+    let mut c = server.connect();
+    let mut burst = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..200 {
+        burst.extend_from_slice(format!("set k{i} 0 0 1\r\nx\r\nget k{i}\r\n").as_bytes());
+        want.extend_from_slice(format!("STORED\r\nVALUE k{i} 0 1\r\nx\r\nEND\r\n").as_bytes());
+    }
+    c.expect(&burst, &want);
+    let stats = String::from_utf8(c.request(b"stats\r\n", b"END\r\n")).unwrap();
+    let yields: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT conn_yields "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(yields > 0, "400 pipelined requests with -R 2 never yielded");
+}
+
+#[test]
+fn a_client_that_does_not_read_is_not_buffered_without_bound() {
+    let server = ServerProcess::tern(&["-t", "1"]);
+    let mut c = server.connect();
+    let value = vec![b'v'; 256 * 1024];
+    let mut set = b"set big 0 0 262144\r\n".to_vec();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    c.expect(&set, b"STORED\r\n");
+    // Ask for it 100 times per line, line after line, without reading: the server must stop
+    // reading us, so our writes end up blocking. Without backpressure it would buffer terabytes.
+    c.stream.set_nonblocking(true).unwrap();
+    let request = format!("get{}\r\n", " big".repeat(100)).into_bytes();
+    let mut sent = 0usize;
+    let mut partial = 0;
+    let mut blocked = false;
+    while sent < 100_000 {
+        match c.stream.write(&request[partial..]) {
+            Ok(n) => partial += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if blocked {
+                    break;
+                }
+                // Give the server a moment to take more, then try once more.
+                blocked = true;
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        blocked = false;
+        if partial == request.len() {
+            partial = 0;
+            sent += 1;
+        }
+    }
+    assert!(
+        blocked,
+        "sent {sent} lines of 100 gets of 256 KiB without the server pushing back"
+    );
+    // Another client is served meanwhile.
+    let mut other = server.connect();
+    other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    // Reading resumes the slow client: replies arrive, intact, in order.
+    c.stream.set_nonblocking(false).unwrap();
+    let mut buf = vec![0u8; 20 + value.len() + 2];
+    for i in 0..10 {
+        for _ in 0..100 {
+            c.stream
+                .read_exact(&mut buf)
+                .unwrap_or_else(|e| panic!("reply {i}: {e}"));
+            assert!(buf.starts_with(b"VALUE big 0 262144\r\nvvvv"), "reply {i}");
+            assert!(buf.ends_with(b"v\r\n"), "reply {i}");
+        }
+        let mut end = [0u8; 5];
+        c.stream.read_exact(&mut end).unwrap();
+        assert_eq!(&end, b"END\r\n");
+    }
+}
+
+#[test]
+fn many_connections_over_many_workers() {
+    let server = ServerProcess::tern(&["-t", "4"]);
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let server = &server;
+            scope.spawn(move || {
+                let mut c = server.connect();
+                for i in 0..200 {
+                    let key = format!("t{t}k{i}");
+                    c.expect(
+                        format!("set {key} {t} 0 {}\r\n{key}\r\nget {key}\r\n", key.len())
+                            .as_bytes(),
+                        format!(
+                            "STORED\r\nVALUE {key} {t} {}\r\n{key}\r\nEND\r\n",
+                            key.len()
+                        )
+                        .as_bytes(),
+                    );
+                }
+            });
+        }
+    });
+}
