@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::cpuset::CpuSet;
 use crate::system::{Coalescing, SystemState};
-use crate::topology::{ThreadInfo, Topology};
+use crate::topology::{Nic, ThreadInfo, Topology};
 
 /// How `tern serve` is (or will be) run: the settings the checks compare against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +148,18 @@ const WHY_NUMA: &str = "one server spanning two NUMA nodes flatlined at 400 MB/s
 const WHY_IRQ_ON_WORKERS: &str = "interrupts on worker CPUs steal cycles and pollute caches; \
     pinning workers and moving RX/TX queues to their own cores tripled Pelikan's throughput at a \
     2 ms p999";
+
+/// The NICs whose interrupts and moderation are checked: the one named, or all with interrupts.
+pub fn checked_nics<'a>(topology: &'a Topology, nic: Option<&str>) -> Vec<&'a Nic> {
+    topology
+        .nics
+        .iter()
+        .filter(|n| match nic {
+            Some(name) => n.name == name,
+            None => !n.irqs.is_empty(),
+        })
+        .collect()
+}
 
 /// Runs every check.
 pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest) -> Vec<Check> {
@@ -360,14 +372,7 @@ pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest
         .fix("cpupower frequency-set -g performance")
     });
 
-    let nics: Vec<_> = topology
-        .nics
-        .iter()
-        .filter(|n| match &req.nic {
-            Some(name) => &n.name == name,
-            None => !n.irqs.is_empty(),
-        })
-        .collect();
+    let nics = checked_nics(topology, req.nic.as_deref());
     if nics.is_empty() {
         checks.push(Check::new(
             "nic-coalescing",
@@ -429,7 +434,8 @@ pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest
 
     match &req.workers {
         None => {
-            let found = "no workers to check: pass --pid of a running tern or --pin CPULIST";
+            let found = "no workers to check: no single running `tern serve` found; pass --pid \
+                         PID or --pin CPULIST";
             checks.push(Check::new(
                 "numa-span",
                 WHY_NUMA,

@@ -21,7 +21,7 @@ use doctor::{DoctorRequest, Status, Workers};
 use plan::{Instances, PlanRequest};
 use system::SystemState;
 pub use topology::Topology;
-use topology::{read_threads, ThreadInfo};
+use topology::{find_tern_servers, read_threads, ThreadInfo};
 
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {
@@ -65,7 +65,8 @@ struct InspectArgs {
 struct DoctorArgs {
     #[command(flatten)]
     root: RootArg,
-    /// Check the worker threads of this running server.
+    /// Check the worker threads of this running server (default: the one running `tern serve`,
+    /// when there is exactly one).
     #[arg(long, conflicts_with = "pin")]
     pid: Option<u32>,
     /// Check planned worker CPUs (the --pin list tern serve will get).
@@ -210,7 +211,7 @@ fn render_inspection(i: &Inspection) -> String {
     let smt = t.cpus.iter().map(|c| c.siblings.len()).max().unwrap_or(1);
     let _ = writeln!(
         out,
-        "{} CPUs online in {} packages, {} cores ({} threads per core), {} NUMA nodes; isolated: {}",
+        "{} CPUs online: {} package(s), {} cores, {} thread(s) per core, {} NUMA node(s); isolated CPUs: {}",
         t.cpus.len(),
         i.packages,
         i.cores,
@@ -327,13 +328,8 @@ fn render_inspection(i: &Inspection) -> String {
 fn doctor(a: DoctorArgs) -> Result<ExitCode> {
     let root = &a.root.root;
     let topology = Topology::read(root)?;
-    let nic_names: Vec<String> = topology
-        .nics
+    let nic_names: Vec<String> = doctor::checked_nics(&topology, a.nic.as_deref())
         .iter()
-        .filter(|n| match &a.nic {
-            Some(name) => &n.name == name,
-            None => !n.irqs.is_empty(),
-        })
         .map(|n| n.name.clone())
         .collect();
     let system = SystemState::read(root, &nic_names)?;
@@ -343,7 +339,14 @@ fn doctor(a: DoctorArgs) -> Result<ExitCode> {
             threads: read_threads(root, pid)?,
         }),
         (None, Some(cpus)) => Some(Workers::Planned(cpus)),
-        (None, None) => None,
+        // Nothing named: check the running server, when there is exactly one.
+        (None, None) => match find_tern_servers(root)?.as_slice() {
+            [pid] => Some(Workers::Threads {
+                pid: *pid,
+                threads: read_threads(root, *pid)?,
+            }),
+            _ => None,
+        },
     };
     let req = DoctorRequest {
         max_conns: a.max_conns,

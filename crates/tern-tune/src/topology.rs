@@ -392,6 +392,31 @@ fn read_nics(root: &Path, interrupts: &[InterruptLine]) -> Result<Vec<Nic>> {
     Ok(nics)
 }
 
+/// PIDs of running `tern serve` processes below `root`: comm `tern`, first argument `serve`.
+pub fn find_tern_servers(root: &Path) -> Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for entry in list_dir(&root.join("proc"))? {
+        let Ok(pid) = entry.parse::<u32>() else {
+            continue;
+        };
+        // Processes come and go while we look: an unreadable one is not a server.
+        let Ok(Some(comm)) = read_optional(root, &format!("proc/{pid}/comm")) else {
+            continue;
+        };
+        if comm != "tern" {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(root.join(format!("proc/{pid}/cmdline"))) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).nth(1) == Some(b"serve".as_slice()) {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    Ok(pids)
+}
+
 /// One thread of a process and the CPUs it may run on.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ThreadInfo {

@@ -83,7 +83,8 @@ fn inspect_table_of_the_seed_xeon() {
     ]);
     assert!(
         table.starts_with(
-            "24 CPUs online in 2 packages, 12 cores (2 threads per core), 2 NUMA nodes; isolated: none"
+            "24 CPUs online: 2 package(s), 12 cores, 2 thread(s) per core, 2 NUMA node(s); \
+             isolated CPUs: none"
         ),
         "{table}"
     );
@@ -112,10 +113,18 @@ fn doctor_fails_on_an_untuned_box_and_passes_on_a_tuned_one() {
         "{report}"
     );
 
+    // Without --pid it finds the one running `tern serve` itself.
     let out = tune(&["doctor", "--root", &root_arg("xeon-e5-2620-2s"), "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(json["failed"].as_u64().unwrap() >= 3);
+    assert!(json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "numa-span"
+            && c["status"] == "fail"
+            && c["found"].as_str().unwrap().contains("pid 4242")));
     assert!(json["checks"]
         .as_array()
         .unwrap()

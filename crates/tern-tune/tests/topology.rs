@@ -3,7 +3,7 @@
 mod common;
 
 use common::fixture;
-use tern_tune::topology::read_threads;
+use tern_tune::topology::{find_tern_servers, read_threads};
 use tern_tune::{CpuSet, Topology};
 
 fn read(name: &str) -> Topology {
@@ -134,6 +134,8 @@ fn box_with_isolated_cpus_and_a_pinned_tern() {
         ]
     );
     assert!(read_threads(&root, 999).is_err());
+    assert_eq!(find_tern_servers(&root).unwrap(), vec![4242]);
+    assert!(find_tern_servers(&fixture("vm-1node")).unwrap().is_empty());
 }
 
 #[test]
