@@ -757,7 +757,8 @@ impl Plan {
         }
         if failures > 0 {
             bail!(
-                "{failures} of {} IRQ affinities not written (root needed):\n{}",
+                "{failures} of {} IRQ affinities not written (this needs root; the kernel also \
+                 refuses some, e.g. managed IRQs):\n{}",
                 nic.irqs.len(),
                 report.join("\n")
             );
