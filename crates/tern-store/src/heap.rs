@@ -32,7 +32,8 @@ const HUGE_PAGE: usize = 2 << 20;
 
 impl Heap {
     pub(crate) fn new(len: usize, large_pages: bool, lock: bool) -> Result<Heap, StoreError> {
-        // MAP_HUGETLB only succeeds when huge pages are reserved (vm.nr_hugepages); otherwise
+        // MAP_HUGETLB (without MAP_NORESERVE, which would defer failure to a SIGBUS on first
+        // touch) only succeeds when enough huge pages are reserved (vm.nr_hugepages); otherwise
         // fall back to ordinary pages with transparent huge pages requested.
         let rounded = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let huge = if large_pages {
@@ -94,13 +95,20 @@ impl Drop for Heap {
 }
 
 fn map(len: usize, extra_flags: libc::c_int) -> Option<*mut u8> {
+    // Ordinary pages are backed on first touch, like memcached's heap, so a large `-m` does
+    // not need that much free memory up front.
+    let reserve = if extra_flags == 0 {
+        libc::MAP_NORESERVE
+    } else {
+        0
+    };
     // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags | reserve,
             -1,
             0,
         )

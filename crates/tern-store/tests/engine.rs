@@ -1,0 +1,507 @@
+//! The segment engine's own promises: compactness, exact heap, eviction of whole items,
+//! large items, proactive expiry, index growth under load, torn-read freedom, meta marks.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use tern_store::{
+    Arith, Clock, Config, Eviction, Expiry, Miss, Store, StoreError, StoreOp, StoreOutcome,
+    UnixSecs,
+};
+
+const T0: UnixSecs = 1_700_000_000;
+
+fn store_with(config: Config) -> Store {
+    Store::new(config, Arc::new(Clock::manual(T0))).unwrap()
+}
+
+fn set(s: &Store, key: &[u8], value: &[u8]) -> StoreOutcome {
+    s.store(StoreOp::Set, key, 0, Expiry::NEVER, value)
+}
+
+/// A value that names its key and version and ends in a checksum, so any torn or misplaced
+/// read is caught.
+fn stamped(key: u32, version: u32, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len.max(16));
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    let mut x = (key as u64) << 32 | version as u64 | 1;
+    while v.len() + 8 < len.max(16) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.push(x as u8);
+    }
+    let sum = checksum(&v);
+    v.extend_from_slice(&sum.to_le_bytes());
+    v
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn verify(key: u32, value: &[u8]) {
+    assert!(value.len() >= 16, "short value {}", value.len());
+    let (body, sum) = value.split_at(value.len() - 8);
+    assert_eq!(
+        checksum(body),
+        u64::from_le_bytes(sum.try_into().unwrap()),
+        "torn value"
+    );
+    assert_eq!(
+        u32::from_le_bytes(body[..4].try_into().unwrap()),
+        key,
+        "someone else's value"
+    );
+}
+
+#[test]
+fn a_million_small_items_fit_in_64_mb_with_at_most_16_bytes_overhead_each() {
+    let s = store_with(Config::default());
+    let value = [b'v'; 32];
+    for i in 0..1_000_000u32 {
+        let key = format!("k{i:09}");
+        assert!(matches!(
+            set(&s, key.as_bytes(), &value),
+            StoreOutcome::Stored { .. }
+        ));
+    }
+    let st = s.stats();
+    assert_eq!((st.curr_items, st.evictions), (1_000_000, 0));
+    let overhead = st.item_bytes_with_headers - st.bytes + st.index_bytes;
+    let per_item = overhead as f64 / st.curr_items as f64;
+    assert!(per_item <= 16.0, "{per_item} bytes of overhead per item");
+    assert!(st.heap_used < 60 << 20, "heap used {}", st.heap_used);
+    for i in (0..1_000_000u32).step_by(997) {
+        let key = format!("k{i:09}");
+        assert_eq!(s.get(key.as_bytes(), |it| it.value.len()), Ok(32));
+    }
+}
+
+#[test]
+fn eviction_keeps_every_surviving_value_whole() {
+    for eviction in [Eviction::Merge, Eviction::Fifo, Eviction::Random] {
+        let s = store_with(Config {
+            heap_bytes: 256 << 10,
+            shards: 2,
+            eviction,
+            ..Config::default()
+        });
+        for i in 0..20_000u32 {
+            let len = 16 + (i as usize * 7) % 300;
+            set(&s, &i.to_le_bytes(), &stamped(i, 0, len));
+            if i % 3 == 0 {
+                let _ = s.get(&(i / 2).to_le_bytes(), |it| verify(i / 2, it.value));
+            }
+        }
+        let st = s.stats();
+        assert!(st.evictions > 0, "{eviction:?} never evicted");
+        assert!(st.heap_used <= 256 << 10);
+        let mut present = 0;
+        for i in 0..20_000u32 {
+            if s.get(&i.to_le_bytes(), |it| verify(i, it.value)).is_ok() {
+                present += 1;
+            }
+        }
+        assert_eq!(present, st.curr_items, "{eviction:?}");
+    }
+}
+
+#[test]
+fn merge_keeps_frequently_read_items_that_fifo_drops() {
+    let hot_kept = |eviction| {
+        let s = store_with(Config {
+            heap_bytes: 512 << 10,
+            shards: 1,
+            eviction,
+            ..Config::default()
+        });
+        let hot: Vec<u32> = (0..200).collect();
+        for &k in &hot {
+            set(&s, &k.to_le_bytes(), &[1; 100]);
+        }
+        for i in 1000..40_000u32 {
+            set(&s, &i.to_le_bytes(), &[2; 100]);
+            if i % 10 == 0 {
+                for &k in &hot {
+                    let _ = s.get(&k.to_le_bytes(), |_| ());
+                }
+            }
+        }
+        hot.iter()
+            .filter(|k| s.get(&k.to_le_bytes(), |_| ()).is_ok())
+            .count()
+    };
+    let (merge, fifo) = (hot_kept(Eviction::Merge), hot_kept(Eviction::Fifo));
+    assert!(merge > 150, "merge kept {merge} of 200 hot items");
+    assert!(merge > fifo * 2, "merge {merge} vs fifo {fifo}");
+}
+
+#[test]
+fn no_eviction_answers_out_of_memory_and_keeps_old_items() {
+    let s = store_with(Config {
+        heap_bytes: 128 << 10,
+        shards: 2,
+        eviction: Eviction::None,
+        ..Config::default()
+    });
+    let mut stored = Vec::new();
+    let mut refused = false;
+    for i in 0..5000u32 {
+        match set(&s, &i.to_le_bytes(), &stamped(i, 0, 100)) {
+            StoreOutcome::Stored { .. } => stored.push(i),
+            StoreOutcome::OutOfMemory => refused = true,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(refused);
+    assert_eq!(s.stats().evictions, 0);
+    for i in stored {
+        s.get(&i.to_le_bytes(), |it| verify(i, it.value)).unwrap();
+    }
+}
+
+#[test]
+fn large_items_use_runs_of_the_same_heap() {
+    let s = store_with(Config {
+        heap_bytes: 8 << 20,
+        max_item_size: 2 << 20,
+        shards: 4,
+        ..Config::default()
+    });
+    assert!(s.segment_size() < 1 << 20);
+    let big = stamped(7, 1, 1 << 20);
+    assert!(matches!(set(&s, b"big", &big), StoreOutcome::Stored { .. }));
+    assert_eq!(s.get(b"big", |it| it.value == &big[..]), Ok(true));
+    assert!(s.stats().heap_used >= 1 << 20);
+    // Over the limit: refused, and a failed set leaves no stale copy.
+    assert_eq!(
+        set(&s, b"big", &vec![0; (2 << 20) + 1]),
+        StoreOutcome::TooLarge
+    );
+    assert_eq!(s.get(b"big", |_| ()), Err(Miss::NotFound));
+    // Fill past the heap with a mix: runs must be made by evicting windows.
+    for i in 0..200u32 {
+        let len = if i % 5 == 0 { 700_000 } else { 3000 };
+        assert!(matches!(
+            set(&s, &i.to_le_bytes(), &stamped(i, 0, len)),
+            StoreOutcome::Stored { .. }
+        ));
+    }
+    for i in 0..200u32 {
+        let _ = s.get(&i.to_le_bytes(), |it| verify(i, it.value));
+    }
+    assert!(s.stats().heap_used <= 8 << 20);
+    // Append across the boundary into a run, touch and incr on a run.
+    set(&s, b"grow", &[b'a'; 2000]);
+    assert!(matches!(
+        s.store(
+            StoreOp::Append,
+            b"grow",
+            0,
+            Expiry::NEVER,
+            &vec![b'b'; 900_000]
+        ),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(s.get(b"grow", |it| it.value.len()), Ok(902_000));
+    let mut number = b"41".to_vec();
+    number.resize(600_000, b' ');
+    set(&s, b"n", &number);
+    let cas = s.get(b"n", |it| it.cas).unwrap();
+    assert_eq!(s.incr_decr(b"n", Arith::Incr, 1), Ok(42));
+    assert_ne!(s.get(b"n", |it| it.cas).unwrap(), cas);
+    assert_eq!(s.get(b"n", |it| &it.value[..3] == b"42 "), Ok(true));
+    assert!(s.touch(b"n", Expiry::from_exptime(5, T0)));
+    assert_eq!(
+        s.get(b"n", |it| it.cas).unwrap(),
+        s.get(b"n", |it| it.cas).unwrap()
+    );
+    s.clock().advance(5);
+    assert_eq!(s.get(b"n", |_| ()), Err(Miss::Expired));
+}
+
+#[test]
+fn expired_segments_are_reclaimed_without_being_read() {
+    let s = store_with(Config {
+        heap_bytes: 4 << 20,
+        shards: 2,
+        ..Config::default()
+    });
+    for i in 0..20_000u32 {
+        s.store(
+            StoreOp::Set,
+            &i.to_le_bytes(),
+            0,
+            Expiry::from_exptime(10, T0),
+            &[0; 50],
+        );
+    }
+    set(&s, b"forever", b"x");
+    let before = s.stats();
+    s.clock().advance(11);
+    s.reclaim_expired();
+    let after = s.stats();
+    assert!(after.reclaimed_segments > 0);
+    assert_eq!(after.curr_items, 1);
+    assert_eq!(after.reclaimed, 20_000);
+    assert_eq!(after.expired_unfetched, 20_000);
+    assert!(after.heap_used < before.heap_used / 4);
+    assert_eq!(s.get(b"forever", |it| it.value.to_vec()), Ok(b"x".to_vec()));
+}
+
+#[test]
+fn meta_marks_and_metadata() {
+    let s = store_with(Config::default());
+    s.store(StoreOp::Set, b"k", 3, Expiry::from_exptime(100, T0), b"v");
+    s.clock().advance(10);
+    let first = s.get(b"k", |it| {
+        (it.fetched, it.last_access, it.expiry.remaining(T0 + 10))
+    });
+    assert_eq!(first, Ok((false, T0, Some(90))));
+    s.clock().advance(5);
+    assert_eq!(
+        s.get(b"k", |it| (it.fetched, it.last_access)),
+        Ok((true, T0 + 10))
+    );
+    // A reader hands out the win token in the same step that saw it clear.
+    let won = s.get_marked(b"k", None, |it, marks| {
+        let win = !it.win_sent;
+        marks.win_sent = true;
+        win
+    });
+    assert_eq!(won, Ok(true));
+    assert_eq!(s.get(b"k", |it| (it.win_sent, it.stale)), Ok((true, false)));
+    assert!(s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15))));
+    assert_eq!(
+        s.get(b"k", |it| (
+            it.stale,
+            it.win_sent,
+            it.expiry.deadline(),
+            it.value.to_vec()
+        )),
+        Ok((true, false, Some(T0 + 45), b"v".to_vec()))
+    );
+    // A new version starts clean.
+    s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, b"w");
+    assert_eq!(s.get(b"k", |it| (it.stale, it.fetched)), Ok((false, false)));
+    assert!(!s.invalidate(b"missing", None));
+}
+
+#[test]
+fn cas_changes_with_every_version_and_only_then() {
+    let s = store_with(Config::default());
+    let mut seen = HashSet::new();
+    for round in 0..1000u32 {
+        let StoreOutcome::Stored { cas } = set(&s, b"k", &round.to_le_bytes()) else {
+            panic!()
+        };
+        assert!(seen.insert(cas));
+        assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
+        assert!(s.touch(b"k", Expiry::NEVER));
+        assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
+    }
+    set(&s, b"n", b"1");
+    let before = s.get(b"n", |it| it.cas).unwrap();
+    s.incr_decr(b"n", Arith::Incr, 1).unwrap();
+    assert!(seen.insert(before) && before != s.get(b"n", |it| it.cas).unwrap());
+    let off = store_with(Config {
+        cas_enabled: false,
+        ..Config::default()
+    });
+    assert_eq!(set(&off, b"k", b"v"), StoreOutcome::Stored { cas: 0 });
+}
+
+#[test]
+fn bad_heap_settings_are_refused_clearly() {
+    let tiny = Store::new(
+        Config {
+            heap_bytes: 1000,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    );
+    assert!(matches!(tiny, Err(StoreError::Config(_))));
+    let odd = Store::new(
+        Config {
+            segment_size: 5000,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    );
+    assert!(matches!(odd, Err(StoreError::Config(_))));
+    // Huge pages are a request: the store starts either way.
+    let large = store_with(Config {
+        heap_bytes: 4 << 20,
+        large_pages: true,
+        ..Config::default()
+    });
+    set(&large, b"k", b"v");
+    assert_eq!(large.get(b"k", |it| it.value.to_vec()), Ok(b"v".to_vec()));
+}
+
+#[test]
+fn locking_the_heap_succeeds_or_says_why() {
+    let result = Store::new(
+        Config {
+            heap_bytes: 8 << 20,
+            lock_memory: true,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    );
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    // SAFETY: geteuid has no preconditions.
+    let privileged = unsafe { libc::geteuid() } == 0;
+    if privileged || limit.rlim_cur >= 8 << 20 {
+        assert!(result.is_ok());
+    } else {
+        let err = result.err().expect("mlock beyond RLIMIT_MEMLOCK must fail");
+        assert!(err.to_string().contains("ulimit -l"), "{err}");
+    }
+}
+
+/// Threads writing and reading random keys while the heap evicts and the index grows: every
+/// read sees a whole value of its own key.
+fn stress(eviction: Eviction, threads: u32, ops: u32) {
+    let s = Arc::new(store_with(Config {
+        heap_bytes: 2 << 20,
+        max_item_size: 256 << 10,
+        shards: 4,
+        eviction,
+        ..Config::default()
+    }));
+    let keys = 5000u32;
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let s = s.clone();
+            thread::spawn(move || {
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ ((t as u64 + 1) * 0x9e37_79b9);
+                for n in 0..ops {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = (x % keys as u64) as u32;
+                    let k = key.to_le_bytes();
+                    match x >> 60 {
+                        0..=6 => {
+                            let _ = s.get(&k, |it| verify(key, it.value));
+                        }
+                        7..=11 => {
+                            let len = if x % 97 == 0 {
+                                150_000
+                            } else {
+                                16 + (x >> 20) as usize % 400
+                            };
+                            s.store(StoreOp::Set, &k, 0, Expiry::NEVER, &stamped(key, n, len));
+                        }
+                        12 => {
+                            s.delete(&k);
+                        }
+                        13 => {
+                            let _ = s.get_and_touch(&k, Expiry::NEVER, |it| verify(key, it.value));
+                        }
+                        14 => {
+                            // A hot key written over and over by every thread.
+                            s.store(
+                                StoreOp::Set,
+                                b"hot",
+                                0,
+                                Expiry::NEVER,
+                                &stamped(u32::MAX, n, 64),
+                            );
+                        }
+                        _ => {
+                            let _ = s.get(b"hot", |it| verify(u32::MAX, it.value));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(s.stats().heap_used <= 2 << 20);
+}
+
+/// Operations per thread; raise with TERN_STRESS_OPS for a longer run.
+fn stress_ops() -> u32 {
+    std::env::var("TERN_STRESS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000)
+}
+
+#[test]
+fn concurrent_stress_finds_no_torn_reads() {
+    for eviction in [
+        Eviction::Merge,
+        Eviction::Fifo,
+        Eviction::Random,
+        Eviction::None,
+    ] {
+        stress(eviction, 4, stress_ops());
+    }
+}
+
+#[test]
+fn index_grows_under_concurrent_load() {
+    let s = Arc::new(store_with(Config {
+        heap_bytes: 32 << 20,
+        shards: 2,
+        ..Config::default()
+    }));
+    let done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u32)
+        .map(|t| {
+            let s = s.clone();
+            thread::spawn(move || {
+                for i in 0..60_000u32 {
+                    let key = t << 24 | i;
+                    set(&s, &key.to_le_bytes(), &stamped(key, 0, 24));
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (s, done) = (s.clone(), done.clone());
+        thread::spawn(move || {
+            // A key once seen must stay readable while the tables grow around it.
+            let mut seen = [false; 200];
+            while !done.load(Ordering::Relaxed) {
+                for (i, seen) in seen.iter_mut().enumerate() {
+                    let key = i as u32;
+                    let found = s
+                        .get(&key.to_le_bytes(), |it| verify(key, it.value))
+                        .is_ok();
+                    assert!(found || !*seen, "key {key} lost during index growth");
+                    *seen |= found;
+                }
+            }
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert_eq!(s.stats().curr_items, 120_000);
+    assert_eq!(s.stats().evictions, 0);
+    for t in 0..2u32 {
+        for i in 0..60_000u32 {
+            let key = t << 24 | i;
+            s.get(&key.to_le_bytes(), |it| verify(key, it.value))
+                .unwrap();
+        }
+    }
+}
