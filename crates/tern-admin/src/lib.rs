@@ -9,6 +9,8 @@
 //! - [`AdminServer`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/health`, `/version`,
 //!   `/settings`, `/hotkeys`), fed through [`AdminSource`].
 
+#![warn(missing_docs)]
+
 mod admin;
 mod hotkeys;
 pub mod prometheus;
