@@ -37,7 +37,7 @@ for t in "${targets[@]}"; do
     status=0
     cargo fuzz run -O "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$secs" -max_len=4096 -print_final_stats=1 >"logs/$t.log" 2>&1 || status=$?
-    grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|SUMMARY)' "logs/$t.log" || true
+    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb|SUMMARY)' "logs/$t.log" || true
     if [ "$status" -ne 0 ]; then
         tail -n 40 "logs/$t.log" >&2
         echo "fuzz: $t failed (exit $status); reproducer, if any: $(ls artifacts/$t 2>/dev/null)" >&2
