@@ -8,6 +8,25 @@
 //! - [`stats_text`]: memcached's `stats` subcommands as wire bytes.
 //! - [`AdminServer`]: the admin HTTP endpoint (`/metrics`, `/stats`, `/health`, `/version`,
 //!   `/settings`, `/hotkeys`), fed through [`AdminSource`].
+//!
+//! # Wiring into the server
+//!
+//! At start-up: one `Arc<WorkerMetrics>` per worker (the worker keeps a clone, the admin side
+//! the list), one [`HotKeys`] and a [`HotKeySampler`] per worker from [`HotKeys::sampler`], a
+//! [`LatencyBatch`] per worker, and with `--admin-port` an [`AdminServer::start`] with a type
+//! implementing [`AdminSource`].
+//!
+//! Per event-loop wake-up: [`WorkerMetrics::wakeup`], and the clock read once after the read
+//! that brings a batch of requests in. Per request (per key for retrievals):
+//! [`WorkerMetrics::count`] with its outcome, [`LatencyBatch::add`], [`HotKeySampler::record`]
+//! with the key. After the batch's write: the clock again and [`LatencyBatch::finish`]. Per
+//! read/write: [`WorkerMetrics::read_bytes`] / [`WorkerMetrics::written_bytes`]; per
+//! connection: [`WorkerMetrics::conn_opened`] / [`WorkerMetrics::conn_closed`] /
+//! [`WorkerMetrics::conn_rejected`].
+//!
+//! On `stats ...` or a scrape: build a [`Snapshot`] (workers' [`WorkerMetrics::snapshot`], the
+//! store's [`StoreStats`]), then [`stats_text`]'s renderers or [`prometheus::encode`]; for
+//! `stats reset` save the snapshot as a baseline and render [`Snapshot::since`] afterwards.
 
 #![warn(missing_docs)]
 
