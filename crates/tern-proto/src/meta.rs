@@ -138,9 +138,19 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// The key token as the client sent it (base64 when [`Key::is_binary`]); what `k` echoes.
-    pub fn token(&self) -> &'a [u8] {
-        self.token
+    /// Appends the key as replies show it (`k`, `me`): as sent, or for a base64 key the
+    /// canonical encoding of the decoded bytes, which is what memcached prints (it accepts
+    /// non-zero trailing bits, so `Zm9=` comes back as `Zm8=`).
+    pub fn write_echo(&self, out: &mut Vec<u8>) {
+        if !self.binary {
+            out.extend_from_slice(self.token);
+            return;
+        }
+        let mut buf = [0u8; MAX_KEY_LEN + 2];
+        let n = base64::engine::general_purpose::STANDARD
+            .encode_slice(self.bytes(), &mut buf)
+            .expect("a decoded key re-encodes within the token's length");
+        out.extend_from_slice(&buf[..n]);
     }
 
     /// Whether the client sent the key base64-encoded (`b`): replies echoing it add ` b`.
@@ -497,9 +507,16 @@ fn parse_debug<'a>(key_token: &'a [u8], rest: &'a [u8]) -> Result<Request<'a>, P
     })
 }
 
+/// memcached's base64 decoder wants padding but ignores the unused low bits of the last
+/// character.
+const KEY_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 fn decode_key(token: &[u8]) -> Option<Key<'_>> {
     let mut key = Key::text(token);
-    let n = base64::engine::general_purpose::STANDARD
+    let n = KEY_BASE64
         .decode_slice(token, &mut key.decoded)
         .ok()
         .filter(|&n| n > 0)?;
@@ -690,7 +707,7 @@ pub fn write_reply(
             }
             (_, b'k', _) => {
                 out.extend_from_slice(b" k");
-                out.extend_from_slice(req.key.token());
+                req.key.write_echo(out);
                 if req.key.is_binary() {
                     out.extend_from_slice(b" b");
                 }
@@ -768,12 +785,12 @@ pub struct DebugInfo {
     pub size: u64,
 }
 
-/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`, the key as sent. A miss is
+/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`, the key as `k` shows it. A miss is
 /// [`write_reply`] with [`Code::Miss`].
 pub fn write_debug(out: &mut Vec<u8>, req: &Request<'_>, info: &DebugInfo) {
     use std::io::Write as _;
     out.extend_from_slice(b"ME ");
-    out.extend_from_slice(req.key.token());
+    req.key.write_echo(out);
     // Writing into a Vec cannot fail.
     let _ = write!(
         out,
@@ -1198,6 +1215,15 @@ mod tests {
         let line = format!("mg {longest} b");
         assert_eq!(ok(&line).key.bytes(), "AAA".repeat(62).as_bytes());
         assert_eq!(ok("me Zm9v b").key.bytes(), b"foo");
+        // 1.6.18: "mg Zm9= b k" on a miss -> "EN kZm8= b" (trailing bits ignored, re-encoded).
+        let r = ok("mg Zm9= b k");
+        assert_eq!(r.key.bytes(), b"fo");
+        assert_eq!(reply(&r, Code::Miss, None, b""), "EN kZm8= b\r\n");
+        assert_eq!(
+            err("mg Zm9vYg b").reply,
+            ErrorReply::KeyDecode,
+            "padding is required"
+        );
     }
 
     #[test]
