@@ -53,20 +53,25 @@ pub enum Workers {
 }
 
 impl Workers {
+    /// The worker threads of a running server: those named like workers, or all.
+    fn worker_threads(threads: &[ThreadInfo]) -> Vec<&ThreadInfo> {
+        let named: Vec<&ThreadInfo> = threads
+            .iter()
+            .filter(|t| t.name.contains("worker"))
+            .collect();
+        if named.is_empty() {
+            threads.iter().collect()
+        } else {
+            named
+        }
+    }
+
     /// (description, CPUs the workers may run on).
     fn cpus(&self) -> (String, CpuSet) {
         match self {
             Workers::Planned(cpus) => (format!("planned workers on CPUs {cpus}"), cpus.clone()),
             Workers::Threads { pid, threads } => {
-                let named: Vec<&ThreadInfo> = threads
-                    .iter()
-                    .filter(|t| t.name.contains("worker"))
-                    .collect();
-                let chosen: Vec<&ThreadInfo> = if named.is_empty() {
-                    threads.iter().collect()
-                } else {
-                    named
-                };
+                let chosen = Workers::worker_threads(threads);
                 let cpus = chosen
                     .iter()
                     .fold(CpuSet::new(), |acc, t| acc.union(&t.allowed));
@@ -145,6 +150,8 @@ const WHY_COALESCING: &str = "adaptive RX moderation holds packets to batch inte
     kernel stack)";
 const WHY_NUMA: &str = "one server spanning two NUMA nodes flatlined at 400 MB/s where one \
     instance per node reached 600 (Solarflare fig. 4): remote memory and cache lines cost";
+const WHY_PINNED: &str = "a worker the scheduler may move loses its caches and queues behind \
+    other work; pinning each thread to its own core tripled Pelikan's throughput at a 2 ms p999";
 const WHY_IRQ_ON_WORKERS: &str = "interrupts on worker CPUs steal cycles and pollute caches; \
     pinning workers and moving RX/TX queues to their own cores tripled Pelikan's throughput at a \
     2 ms p999";
@@ -443,6 +450,12 @@ pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest
                 found.into(),
             ));
             checks.push(Check::new(
+                "workers-pinned",
+                WHY_PINNED,
+                Status::Skip,
+                found.into(),
+            ));
+            checks.push(Check::new(
                 "irqs-on-workers",
                 WHY_IRQ_ON_WORKERS,
                 Status::Skip,
@@ -468,6 +481,7 @@ pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest
                     format!("{described}: all on node {nodes}"),
                 )
             });
+            checks.push(pinned_check(workers));
             let landing: Vec<String> = nics
                 .iter()
                 .flat_map(|nic| &nic.irqs)
@@ -499,6 +513,62 @@ pub fn run_checks(topology: &Topology, system: &SystemState, req: &DoctorRequest
         }
     }
     checks
+}
+
+/// Each worker on one CPU of its own (the seed's `taskset -pc CPU TID` per thread).
+fn pinned_check(workers: &Workers) -> Check {
+    let Workers::Threads { pid, threads } = workers else {
+        return Check::new(
+            "workers-pinned",
+            WHY_PINNED,
+            Status::Pass,
+            "planned --pin list: one CPU per worker".into(),
+        );
+    };
+    let chosen = Workers::worker_threads(threads);
+    let unpinned: Vec<String> = chosen
+        .iter()
+        .filter(|t| t.allowed.len() != 1)
+        .map(|t| format!("{} on {}", t.name, t.allowed))
+        .collect();
+    let cpus: Vec<usize> = chosen.iter().filter_map(|t| t.allowed.first()).collect();
+    let distinct: CpuSet = cpus.iter().copied().collect();
+    if !unpinned.is_empty() {
+        Check::new(
+            "workers-pinned",
+            WHY_PINNED,
+            Status::Warn,
+            format!(
+                "{} of {} worker threads of pid {pid} are not pinned: {}",
+                unpinned.len(),
+                chosen.len(),
+                unpinned.join(", ")
+            ),
+        )
+        .fix("restart with tern serve --pin auto (or --pin CPULIST from tern tune plan)")
+    } else if distinct.len() < cpus.len() {
+        Check::new(
+            "workers-pinned",
+            WHY_PINNED,
+            Status::Warn,
+            format!(
+                "{} worker threads of pid {pid} share {} CPUs ({distinct})",
+                cpus.len(),
+                distinct.len()
+            ),
+        )
+        .fix("fewer threads (-t), or --pin with one CPU per worker")
+    } else {
+        Check::new(
+            "workers-pinned",
+            WHY_PINNED,
+            Status::Pass,
+            format!(
+                "{} worker threads of pid {pid}, one per CPU ({distinct})",
+                cpus.len()
+            ),
+        )
+    }
 }
 
 fn join<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {

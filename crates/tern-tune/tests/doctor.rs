@@ -73,6 +73,10 @@ fn untuned_xeon_fails_where_the_seed_tuned() {
     assert!(check(&checks, "irqs-on-workers")
         .found
         .contains("128 (eth2-0)"));
+    assert_eq!(status(&checks, "workers-pinned"), Status::Warn);
+    assert!(check(&checks, "workers-pinned")
+        .found
+        .starts_with("4 of 4 worker threads of pid 4242 are not pinned"));
     // Every failure and warning says why and how to fix it.
     for c in &checks {
         assert!(!c.why.is_empty(), "{c:?}");
@@ -100,6 +104,10 @@ fn tuned_box_with_isolated_workers_passes() {
         .collect();
     assert!(not_passing.is_empty(), "{not_passing:#?}");
     assert!(check(&checks, "numa-span").found.contains("CPUs 4-7"));
+    assert_eq!(
+        check(&checks, "workers-pinned").found,
+        "4 worker threads of pid 4242, one per CPU (4-7)"
+    );
 }
 
 #[test]
