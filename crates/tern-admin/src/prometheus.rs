@@ -12,7 +12,7 @@
 use std::fmt::Write;
 
 use crate::snapshot::{MemcachedCounters, Snapshot};
-use crate::worker::{latency_bucket_bound_nanos, Command, Outcome};
+use crate::worker::{latency_bucket_bound_nanos, Command, Outcome, WorkerSnapshot};
 
 /// The HTTP `Content-Type` of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -57,6 +57,14 @@ impl Encoder {
         self.sample(name, &[], value);
     }
 }
+
+/// A per-worker family: name, type, help, and how to read the value from one worker.
+type PerWorkerMetric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&WorkerSnapshot) -> u64,
+);
 
 /// Renders `s` in the Prometheus text format: memcached_exporter's metrics under their names,
 /// types, labels and help texts, then tern's own under `tern_`.
@@ -266,41 +274,31 @@ pub fn encode(s: &Snapshot) -> String {
             count,
         );
     }
-    e.family(
-        "tern_worker_requests_total",
-        "counter",
-        "Requests handled by each worker thread.",
-    );
-    for (i, w) in s.workers.iter().enumerate() {
-        e.sample(
+    let per_worker: [PerWorkerMetric; 3] = [
+        (
             "tern_worker_requests_total",
-            &[("worker", &i.to_string())],
-            w.requests(),
-        );
-    }
-    e.family(
-        "tern_worker_wakeups_total",
-        "counter",
-        "Event-loop wake-ups with events to handle, by worker thread.",
-    );
-    for (i, w) in s.workers.iter().enumerate() {
-        e.sample(
+            "counter",
+            "Requests handled by each worker thread.",
+            WorkerSnapshot::requests,
+        ),
+        (
             "tern_worker_wakeups_total",
-            &[("worker", &i.to_string())],
-            w.wakeups,
-        );
-    }
-    e.family(
-        "tern_worker_connections",
-        "gauge",
-        "Open connections owned by each worker thread.",
-    );
-    for (i, w) in s.workers.iter().enumerate() {
-        e.sample(
+            "counter",
+            "Event-loop wake-ups with events to handle, by worker thread.",
+            |w| w.wakeups,
+        ),
+        (
             "tern_worker_connections",
-            &[("worker", &i.to_string())],
-            w.current_connections(),
-        );
+            "gauge",
+            "Open connections owned by each worker thread.",
+            WorkerSnapshot::current_connections,
+        ),
+    ];
+    for (name, kind, help, value) in per_worker {
+        e.family(name, kind, help);
+        for (i, w) in s.workers.iter().enumerate() {
+            e.sample(name, &[("worker", &i.to_string())], value(w));
+        }
     }
     let seg = &s.store.segments;
     e.single(
