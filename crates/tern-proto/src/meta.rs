@@ -18,7 +18,8 @@
 //! TTL tokens (`T`, `N`, `R`) follow memcached's exptime rule, as for ASCII commands: 0 never
 //! expires, negative expires at once, above 30 days is an absolute Unix time. `E` (when given)
 //! is the CAS any item this request creates or modifies gets, instead of a fresh one. The store
-//! keeps per item: CAS, client flags, TTL, last access, fetched-before, stale, win-token-sent.
+//! keeps per item: CAS, client flags, TTL, last access, fetched-before, stale, win-token-sent,
+//! and whether its key came base64-encoded (mg's `k` and `me` show such keys in base64).
 //! Build the reply with [`write_reply`], filling [`ItemInfo`] from the item *as it was before*
 //! this request for `h` and `l`, and after it for the rest.
 //!
@@ -138,18 +139,18 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// Appends the key as replies show it (`k`, `me`): as sent, or for a base64 key the
-    /// canonical encoding of the decoded bytes, which is what memcached prints (it accepts
-    /// non-zero trailing bits, so `Zm9=` comes back as `Zm8=`).
-    pub fn write_echo(&self, out: &mut Vec<u8>) {
-        if !self.binary {
-            out.extend_from_slice(self.token);
+    /// Appends the key as replies show it (`k`, `me`): raw, or base64-encoded when `base64`.
+    /// memcached decides by the *item's* binary-key mark when it has an item, and encodes the
+    /// decoded bytes canonically (it accepts non-zero trailing bits, so `Zm9=` shows as `Zm8=`).
+    fn write_echo(&self, out: &mut Vec<u8>, base64: bool) {
+        if !base64 {
+            out.extend_from_slice(self.bytes());
             return;
         }
         let mut buf = [0u8; MAX_KEY_LEN + 2];
         let n = base64::engine::general_purpose::STANDARD
             .encode_slice(self.bytes(), &mut buf)
-            .expect("a decoded key re-encodes within the token's length");
+            .expect("a key of at most 250 bytes encodes in 252");
         out.extend_from_slice(&buf[..n]);
     }
 
@@ -676,6 +677,9 @@ pub struct ItemInfo {
     pub stale: bool,
     /// This client wins the recache (`W`).
     pub won: bool,
+    /// The item was stored with a base64 (`b`) key: mg's `k` then shows the key in base64
+    /// with ` b`, whatever form this request used (memcached's `ITEM_KEY_BINARY`).
+    pub key_binary: bool,
 }
 
 /// Appends a reply to `req` unless `q` suppresses it; returns whether anything was written.
@@ -706,9 +710,13 @@ pub fn write_reply(
                 out.extend_from_slice(token);
             }
             (_, b'k', _) => {
+                let base64 = match (req.command, item) {
+                    (Command::Get, Some(i)) => i.key_binary,
+                    _ => req.key.is_binary(),
+                };
                 out.extend_from_slice(b" k");
-                req.key.write_echo(out);
-                if req.key.is_binary() {
+                req.key.write_echo(out, base64);
+                if base64 {
                     out.extend_from_slice(b" b");
                 }
             }
@@ -783,14 +791,17 @@ pub struct DebugInfo {
     pub class: u32,
     /// Total item size in bytes (key + value + overhead).
     pub size: u64,
+    /// The item was stored with a base64 key: `ME` shows the key in base64.
+    pub key_binary: bool,
 }
 
-/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`, the key as `k` shows it. A miss is
+/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`; the key in base64 when the
+/// item was stored with a base64 key (no ` b` here, as memcached). A miss is
 /// [`write_reply`] with [`Code::Miss`].
 pub fn write_debug(out: &mut Vec<u8>, req: &Request<'_>, info: &DebugInfo) {
     use std::io::Write as _;
     out.extend_from_slice(b"ME ");
-    req.key.write_echo(out);
+    req.key.write_echo(out, info.key_binary);
     // Writing into a Vec cannot fail.
     let _ = write!(
         out,
@@ -1196,9 +1207,25 @@ mod tests {
         let r = ok("mg YmluYXJ5AA== b k v");
         assert_eq!(r.key.bytes(), b"binary\0");
         assert!(r.key.is_binary() && r.flags.base64_key);
+        let binary_item = ItemInfo {
+            key_binary: true,
+            ..ItemInfo::default()
+        };
         assert_eq!(
-            reply(&r, Code::Value, Some(&ItemInfo::default()), b"hi"),
+            reply(&r, Code::Value, Some(&binary_item), b"hi"),
             "VA 2 kYmluYXJ5AA== b\r\nhi\r\n"
+        );
+        // The item's mark decides: a text request sees a binary item's key in base64...
+        let r = ok("mg foo k");
+        assert_eq!(
+            reply(&r, Code::Stored, Some(&binary_item), b""),
+            "HD kZm9v b\r\n"
+        );
+        // ...and a base64 request for an item stored with a text key sees the raw key.
+        let r = ok("mg Zm9v b k");
+        assert_eq!(
+            reply(&r, Code::Stored, Some(&ItemInfo::default()), b""),
+            "HD kfoo\r\n"
         );
         // 1.6.18: "ms Zm9v 2 b k c" -> "HD kZm9v b c5".
         let r = ok("ms Zm9v 2 b k c");
@@ -1305,9 +1332,18 @@ mod tests {
             fetched: true,
             class: 1,
             size: 64,
+            key_binary: false,
         };
         write_debug(&mut out, &r, &info);
         assert_eq!(out, b"ME foo exp=-1 la=0 cas=1 fetch=yes cls=1 size=64\r\n");
+        // 1.6.18 after "ms Zm9v 1 b": "me foo" -> "ME Zm9v exp=-1 ...".
+        out.clear();
+        let binary = DebugInfo {
+            key_binary: true,
+            ..info
+        };
+        write_debug(&mut out, &r, &binary);
+        assert!(out.starts_with(b"ME Zm9v exp=-1 "));
         assert_eq!(reply(&r, Code::Miss, None, b""), "EN\r\n");
     }
 
