@@ -558,6 +558,41 @@ mod tests {
     }
 
     #[test]
+    fn scrapes_during_recording_only_go_up() {
+        use std::sync::Arc;
+        let workers: Vec<Arc<WorkerMetrics>> =
+            (0..2).map(|_| Arc::new(WorkerMetrics::new())).collect();
+        let per_worker = 200_000u64;
+        let threads: Vec<_> = workers
+            .iter()
+            .map(|w| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    for i in 0..per_worker {
+                        w.record(Command::Get, Outcome::Hit, i & 0xfff);
+                    }
+                })
+            })
+            .collect();
+        let mut last = 0;
+        while threads.iter().any(|t| !t.is_finished()) {
+            let total =
+                WorkerSnapshot::merge(&workers.iter().map(|w| w.snapshot()).collect::<Vec<_>>());
+            let hits = total.get(Command::Get, Outcome::Hit);
+            assert!(hits >= last, "went down from {last} to {hits}");
+            assert!(hits <= 2 * per_worker);
+            last = hits;
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total =
+            WorkerSnapshot::merge(&workers.iter().map(|w| w.snapshot()).collect::<Vec<_>>());
+        assert_eq!(total.get(Command::Get, Outcome::Hit), 2 * per_worker);
+        assert_eq!(total.latency[Command::Get as usize].count(), 2 * per_worker);
+    }
+
+    #[test]
     fn reads_from_another_thread_see_owner_writes() {
         let m = std::sync::Arc::new(WorkerMetrics::new());
         let w = m.clone();
