@@ -345,7 +345,17 @@ fn doctor(a: DoctorArgs) -> Result<ExitCode> {
                 pid: *pid,
                 threads: read_threads(root, *pid)?,
             }),
-            _ => None,
+            [] => None,
+            several => {
+                let pids: Vec<String> = several.iter().map(|p| p.to_string()).collect();
+                eprintln!(
+                    "tern tune doctor: {} tern serve processes are running (pids {}); pass --pid \
+                     to check one's workers",
+                    several.len(),
+                    pids.join(", ")
+                );
+                None
+            }
         },
     };
     let req = DoctorRequest {

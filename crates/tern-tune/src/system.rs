@@ -299,6 +299,17 @@ mod tests {
                 rx_usecs: Some(0)
             }
         );
+        // virtio_net, as on a cloud VM (trimmed): adaptive off, no moderation.
+        let virtio = "Coalesce parameters for eth0:\nAdaptive RX: off  TX: n/a\n\
+                      stats-block-usecs: n/a\nsample-interval: n/a\n\nrx-usecs: 0\n\
+                      rx-frames: 1\nrx-usecs-irq: n/a\n\ntx-usecs: 0\n";
+        assert_eq!(
+            parse_ethtool_coalescing(virtio),
+            Coalescing::Read {
+                adaptive_rx: Some(false),
+                rx_usecs: Some(0)
+            }
+        );
         // Some drivers print n/a for what they do not support.
         assert_eq!(
             parse_ethtool_coalescing("Adaptive RX: n/a  TX: n/a\nrx-usecs: n/a\n"),

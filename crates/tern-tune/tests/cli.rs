@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use common::{copy_tree, fixture};
-use tern_testkit::tern_bin;
+use tern_testkit::{tern_bin, ServerProcess};
 
 fn tune(args: &[&str]) -> Output {
     Command::new(tern_bin())
@@ -70,6 +70,47 @@ fn inspect_pid_shows_each_threads_cpus() {
     assert!(table.contains(&format!("threads of pid {pid}")), "{table}");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+#[test]
+fn inspect_and_doctor_a_running_server() {
+    let server = ServerProcess::tern(&["-t", "2"]);
+    let pid = server.pid().to_string();
+    // Accepting proves one worker is up; the other may still be starting.
+    let deadline = std::time::Instant::now() + tern_testkit::PATIENCE;
+    loop {
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(&["inspect", "--json", "--pid", &pid])).unwrap();
+        let workers = json["process"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["name"].as_str().unwrap().starts_with("tern-worker-"))
+            .count();
+        if workers == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "want 2 tern-worker threads: {json}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = tune(&["doctor", "--json", "--pid", &pid]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pinned = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "workers-pinned")
+        .unwrap();
+    assert!(
+        pinned["found"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("worker threads of pid {pid}")),
+        "{pinned}"
+    );
 }
 
 #[test]
