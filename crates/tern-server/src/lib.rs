@@ -59,13 +59,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if settings.daemon {
         process::daemonize(settings.verbose > 0)?;
     }
-    if let Some(user) = &settings.user {
-        process::drop_privileges(user)?;
-    }
+    // As root: pidfile and memory locking first, then drop to the -u user.
     let _pidfile = match &settings.pidfile {
         Some(path) => Some(process::PidFile::create(path)?),
         None => None,
     };
+    if settings.lock_memory {
+        process::lock_memory()?;
+    }
+    if let Some(user) = &settings.user {
+        process::drop_privileges(user)?;
+    }
 
     let clock = Arc::new(Clock::system());
     let store = Store::new(
@@ -82,10 +86,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         clock.clone(),
     )?;
-    if settings.lock_memory {
-        process::lock_memory()?;
-    }
-
     // Registered before any worker runs, so a signal is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
@@ -101,7 +101,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         threads.push(
             std::thread::Builder::new()
                 .name(format!("tern-worker-{id}"))
-                .spawn(move || worker.run())?,
+                .spawn(move || worker.run())
+                .context("starting a worker thread (with -k, its stack counts against the locked-memory limit)")?,
         );
     }
     let clock_thread = {

@@ -94,10 +94,13 @@ impl Listener {
 }
 
 /// Binds `workers` listening sockets on `addr`, all sharing the port through SO_REUSEPORT.
-/// A plain bind first makes a port already in use fail loudly, as it does for memcached, instead
-/// of silently sharing it with another SO_REUSEPORT process.
+/// A plain bind first (without listen, so no client can connect to it) makes a port already in
+/// use fail loudly, as it does for memcached, instead of silently sharing it with another
+/// SO_REUSEPORT process.
 pub fn bind_tcp(addr: SocketAddr, workers: usize, backlog: i32) -> anyhow::Result<Vec<Listener>> {
-    drop(std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?);
+    Socket::new(Domain::for_address(addr), Type::STREAM, None)
+        .and_then(|probe| probe.bind(&addr.into()))
+        .with_context(|| format!("cannot listen on {addr}"))?;
     (0..workers)
         .map(|_| {
             let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;

@@ -71,15 +71,25 @@ pub fn drop_privileges(user: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `-k`: lock every page, now and later, as memcached does.
+/// `-k`: lock every page, now and later, as memcached does. As root, the locked-memory limit is
+/// lifted first, so the pages mapped after dropping to the `-u` user can be locked too.
 pub fn lock_memory() -> anyhow::Result<()> {
-    // SAFETY: mlockall takes flags only.
-    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-        bail!(
-            "-k: cannot lock memory: {} (raise the limit, e.g. `ulimit -l unlimited`, or run \
-             without -k)",
-            std::io::Error::last_os_error()
-        );
+    // SAFETY: geteuid, setrlimit and mlockall take plain values; the rlimit struct is ours.
+    unsafe {
+        if libc::geteuid() == 0 {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
+        }
+        if libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) != 0 {
+            bail!(
+                "-k: cannot lock memory: {} (raise the limit, e.g. `ulimit -l unlimited`, or \
+                 run without -k)",
+                std::io::Error::last_os_error()
+            );
+        }
     }
     Ok(())
 }

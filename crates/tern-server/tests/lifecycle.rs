@@ -1,0 +1,322 @@
+//! Starting and stopping: signals, daemon mode and pidfile, unix socket, config file, command
+//! line errors, logging, idle cost.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tern_testkit::{free_port, tern_bin, Conn, ServerProcess, PATIENCE};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tern-lifecycle-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_finishes_in_flight_replies_then_exits_zero() {
+    let mut server = ServerProcess::tern(&["-I", "4m", "-m", "512", "-t", "2"]);
+    let mut c = server.connect();
+    let size = 4 << 20;
+    let mut set = format!("set big 0 0 {size}\r\n").into_bytes();
+    set.extend(std::iter::repeat_n(b'q', size));
+    set.extend_from_slice(b"\r\n");
+    c.expect(&set, b"STORED\r\n");
+    // 16 MiB of replies: more than the socket buffers hold, so most are still queued in the
+    // server when the signal arrives.
+    c.send(b"get big big big big\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    server.signal("TERM");
+    let mut got = Vec::new();
+    c.stream
+        .read_to_end(&mut got)
+        .expect("read until the server closes");
+    let one = format!("VALUE big 0 {size}\r\n").len() + size + 2;
+    assert_eq!(got.len(), 4 * one + 5, "a reply was cut short");
+    assert!(got.ends_with(b"qq\r\nEND\r\n"));
+    assert!(server.wait_exit().success());
+}
+
+#[test]
+fn sigint_on_an_idle_server_exits_zero() {
+    let mut server = ServerProcess::tern(&[]);
+    let _idle = server.connect();
+    server.signal("INT");
+    assert!(server.wait_exit().success());
+}
+
+#[test]
+fn daemon_mode_writes_and_removes_the_pidfile() {
+    let dir = scratch("daemon");
+    let pidfile = dir.join("tern.pid");
+    let port = free_port();
+    let status = Command::new(tern_bin())
+        .args([
+            "serve",
+            "-d",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-P",
+        ])
+        .arg(&pidfile)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the foreground process exits 0 once forked"
+    );
+    let mut pid = 0u32;
+    wait_for("the pidfile", || {
+        let text = std::fs::read_to_string(&pidfile).unwrap_or_default();
+        pid = text.trim().parse().unwrap_or(0);
+        text.ends_with('\n') && pid != 0
+    });
+    wait_for("the daemon to accept", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mut c = Conn::connect(port);
+    c.expect(
+        b"set k 0 0 1\r\nx\r\nget k\r\n",
+        b"STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n",
+    );
+    let kill = Command::new("kill").arg(pid.to_string()).status().unwrap();
+    assert!(kill.success());
+    wait_for("the pidfile to be removed at exit", || !pidfile.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unix_socket_with_access_mask() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixStream;
+    let dir = scratch("unix");
+    let path = dir.join("tern.sock");
+    let p = path.to_str().unwrap();
+    let _server = ServerProcess::tern(&["-s", p, "-a", "0770"]);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o770);
+    let mut s = UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"set u 0 0 2\r\nhi\r\nget u\r\n").unwrap();
+    let want = b"STORED\r\nVALUE u 0 2\r\nhi\r\nEND\r\n";
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, want);
+    drop(_server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn config_file_with_flags_overriding_it() {
+    let dir = scratch("config");
+    let path = dir.join("tern.toml");
+    std::fs::write(
+        &path,
+        "threads = 3\nconn_limit = 77\nmax_item_size = \"2m\"\ndisable_cas = true\n\
+         max_reqs_per_event = 9\n",
+    )
+    .unwrap();
+    let server = ServerProcess::tern(&["--config", path.to_str().unwrap(), "-c", "55"]);
+    let mut c = server.connect();
+    let settings = String::from_utf8(c.request(b"stats settings\r\n", b"END\r\n")).unwrap();
+    for want in [
+        "STAT num_threads 3\r\n",
+        "STAT maxconns 55\r\n",
+        "STAT item_size_max 2097152\r\n",
+        "STAT cas_enabled no\r\n",
+        "STAT reqs_per_event 9\r\n",
+    ] {
+        assert!(settings.contains(want), "{want:?} not in\n{settings}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn serve(args: &[&str]) -> std::process::Output {
+    Command::new(tern_bin())
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn command_line_errors_and_help() {
+    let out = serve(&["--no-such-option"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-option"));
+    let out = serve(&["-I", "12q"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-I 12q"));
+    let out = serve(&["-U", "11211"]);
+    assert!(!out.status.success());
+    let dir = scratch("badconfig");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "treads = 2\n").unwrap();
+    let out = serve(&["--config", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("treads"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = serve(&["-V"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("tern "));
+    let out = serve(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--port",
+        "--listen",
+        "--udp-port",
+        "--unix-socket",
+        "--unix-mask",
+        "--memory-limit",
+        "--threads",
+        "--conn-limit",
+        "--max-reqs-per-event",
+        "--listen-backlog",
+        "--max-item-size",
+        "--disable-evictions",
+        "--disable-cas",
+        "--lock-memory",
+        "--enable-largepages",
+        "--enable-shutdown",
+        "--disable-flush-all",
+        "--verbose",
+        "--daemon",
+        "--user",
+        "--pidfile",
+        "--version",
+        "--config",
+    ] {
+        assert!(help.contains(flag), "--help does not explain {flag}");
+    }
+    // A port already in use is an error, not a silent share.
+    let first = ServerProcess::tern(&[]);
+    let out = serve(&["-l", "127.0.0.1", "-p", &first.port.to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
+}
+
+#[test]
+fn quiet_by_default_and_idle_costs_no_cpu() {
+    let port = free_port();
+    let child = Command::new(tern_bin())
+        .args([
+            "serve",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "4",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the server to accept", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mut c = Conn::connect(port);
+    c.expect(b"set k 0 0 1\r\nx\r\nbogus\r\n", b"STORED\r\nERROR\r\n");
+    let cpu_ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after_name.split(' ').collect();
+        // utime and stime, fields 14 and 15 of /proc/PID/stat.
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu_ticks();
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_ticks() - before;
+    // Four idle workers and an open idle connection: a busy loop would burn ~200 ticks here.
+    assert!(
+        spent <= 5,
+        "an idle server used {spent} ticks of CPU in 2 s"
+    );
+    Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The real and effective uid of a process, from /proc.
+fn uid_of(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(2).unwrap().to_string()
+}
+
+#[test]
+fn dash_u_drops_root_privileges() {
+    let server = ServerProcess::tern(&["-u", "nobody"]);
+    let ours = uid_of(std::process::id());
+    let theirs = uid_of(server.pid());
+    if ours == "0" {
+        let nobody = Command::new("id").args(["-u", "nobody"]).output().unwrap();
+        assert_eq!(theirs, String::from_utf8_lossy(&nobody.stdout).trim());
+    } else {
+        // Not root: -u is ignored, as memcached does.
+        assert_eq!(theirs, ours);
+    }
+    let mut c = server.connect();
+    c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+}
+
+#[test]
+fn dash_k_locks_memory_or_says_why_not() {
+    let port = free_port();
+    let mut child = Command::new(tern_bin())
+        .args(["serve", "-k", "-l", "127.0.0.1", "-p", &port.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            // Refused by the OS (no CAP_IPC_LOCK and a low RLIMIT_MEMLOCK): a clear message.
+            assert!(!status.success());
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(err.contains("-k: cannot lock memory"), "{err}");
+            return;
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tern -k neither started nor failed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let locked = status.lines().find(|l| l.starts_with("VmLck:")).unwrap();
+    assert_ne!(locked.split_whitespace().nth(1), Some("0"), "{locked}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
