@@ -51,7 +51,8 @@ const SKETCH_DEPTH: usize = 4;
 #[derive(Debug, Clone)]
 struct Candidate {
     hash: u64,
-    key: Box<[u8]>,
+    /// Reused when the slot takes another key, so a full list allocates no more.
+    key: Vec<u8>,
     count: u32,
 }
 
@@ -61,6 +62,9 @@ struct Sketch {
     cells: Vec<u32>,
     mask: usize,
     top: Vec<Candidate>,
+    /// Index of the smallest count in a full `top`, so a key that cannot enter the list costs
+    /// one comparison rather than a scan.
+    min_index: usize,
 }
 
 impl Sketch {
@@ -70,12 +74,20 @@ impl Sketch {
             cells: vec![0; width * SKETCH_DEPTH],
             mask: width - 1,
             top: Vec::new(),
+            min_index: 0,
         }
     }
 
     fn clear(&mut self) {
         self.cells.fill(0);
         self.top.clear();
+        self.min_index = 0;
+    }
+
+    fn refresh_min(&mut self) {
+        self.min_index = (0..self.top.len())
+            .min_by_key(|&i| self.top[i].count)
+            .unwrap_or(0);
     }
 
     /// Cell indices of `hash` in each row (double hashing from the two halves of one hash).
@@ -103,26 +115,27 @@ impl Sketch {
                 self.cells[i] = new;
             }
         }
-        if let Some(c) = self
-            .top
-            .iter_mut()
-            .find(|c| c.hash == hash && *c.key == *key)
-        {
-            c.count = new;
+        if let Some(pos) = self.top.iter().position(|c| c.hash == hash && c.key == key) {
+            self.top[pos].count = new;
+            if pos == self.min_index {
+                self.refresh_min();
+            }
         } else if self.top.len() < capacity {
             self.top.push(Candidate {
                 hash,
-                key: key.into(),
+                key: key.to_vec(),
                 count: new,
             });
-        } else if let Some(min) = self.top.iter_mut().min_by_key(|c| c.count) {
-            if new > min.count {
-                *min = Candidate {
-                    hash,
-                    key: key.into(),
-                    count: new,
-                };
+            if self.top.len() == capacity {
+                self.refresh_min();
             }
+        } else if new > self.top[self.min_index].count {
+            let slot = &mut self.top[self.min_index];
+            slot.hash = hash;
+            slot.key.clear();
+            slot.key.extend_from_slice(key);
+            slot.count = new;
+            self.refresh_min();
         }
     }
 }
@@ -257,7 +270,7 @@ impl HotKeys {
         let mut candidates: HashMap<&[u8], u64> = HashMap::new();
         for s in &sketches {
             for c in s.current.top.iter().chain(s.previous.top.iter()) {
-                candidates.insert(&c.key, c.hash);
+                candidates.insert(c.key.as_slice(), c.hash);
             }
         }
         let mut keys: Vec<HotKey> = candidates

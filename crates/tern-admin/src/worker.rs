@@ -320,7 +320,7 @@ impl LatencyBatch {
             let n = std::mem::take(&mut self.counts[c]) as u64;
             let cells = &metrics.latency[c];
             cells.buckets[bucket].add(n);
-            cells.sum_nanos.add(latency_nanos * n);
+            cells.sum_nanos.add(latency_nanos.saturating_mul(n));
         }
         self.seen = 0;
     }
