@@ -149,6 +149,12 @@ pub fn encode(s: &Snapshot) -> String {
         t.conns_rejected,
     );
     e.single(
+        "memcached_connections_yielded_total",
+        "counter",
+        "Total number of connections yielded running due to hitting the memcached's -R limit.",
+        t.conn_yields,
+    );
+    e.single(
         "memcached_current_bytes",
         "gauge",
         "Current number of bytes used to store items.",

@@ -126,8 +126,12 @@ pub struct MemcachedCounters {
     pub cmd_meta: u64,
     /// get/gets/mg keys found.
     pub get_hits: u64,
-    /// get/gets/mg keys not found.
+    /// get/gets/mg keys not found, expired or flushed.
     pub get_misses: u64,
+    /// Retrievals (any command) that found their item expired.
+    pub get_expired: u64,
+    /// Retrievals (any command) that found their item flushed.
+    pub get_flushed: u64,
     /// delete/md that found the key.
     pub delete_hits: u64,
     /// delete/md that did not.
@@ -149,7 +153,7 @@ pub struct MemcachedCounters {
     pub cas_badval: u64,
     /// touch/gat/gats that found the key.
     pub touch_hits: u64,
-    /// touch/gat/gats that did not.
+    /// touch/gat/gats that did not (missing, expired or flushed).
     pub touch_misses: u64,
     /// Stores refused as larger than the item size limit.
     pub store_too_large: u64,
@@ -166,6 +170,12 @@ impl MemcachedCounters {
         let gets = [Get, Gets, MetaGet];
         let touches = [Touch, Gat, Gats];
         let incrs = [Incr, MetaArithmetic];
+        let all = |o: Outcome| Command::ALL.iter().map(|&c| t.get(c, o)).sum::<u64>();
+        let missed = |cmds: &[Command]| {
+            count(cmds, Outcome::Miss)
+                + count(cmds, Outcome::Expired)
+                + count(cmds, Outcome::Flushed)
+        };
         MemcachedCounters {
             cmd_get: total(&[Get, Gets, Gat, Gats, MetaGet]),
             cmd_set: total(&[Set, Add, Replace, Append, Prepend, Cas, MetaSet]),
@@ -173,7 +183,9 @@ impl MemcachedCounters {
             cmd_touch: total(&touches),
             cmd_meta: total(&[MetaGet, MetaSet, MetaDelete, MetaArithmetic, MetaNoop]),
             get_hits: count(&gets, Outcome::Hit),
-            get_misses: count(&gets, Outcome::Miss),
+            get_misses: missed(&gets),
+            get_expired: all(Outcome::Expired),
+            get_flushed: all(Outcome::Flushed),
             delete_hits: count(&[Delete, MetaDelete], Outcome::Hit),
             delete_misses: count(&[Delete, MetaDelete], Outcome::Miss),
             incr_hits: count(&incrs, Outcome::Hit),
@@ -184,15 +196,9 @@ impl MemcachedCounters {
             cas_misses: t.get(Cas, Outcome::NotFound),
             cas_badval: t.get(Cas, Outcome::Exists),
             touch_hits: count(&touches, Outcome::Hit),
-            touch_misses: count(&touches, Outcome::Miss),
-            store_too_large: Command::ALL
-                .iter()
-                .map(|&c| t.get(c, Outcome::TooLarge))
-                .sum(),
-            store_no_memory: Command::ALL
-                .iter()
-                .map(|&c| t.get(c, Outcome::NoMemory))
-                .sum(),
+            touch_misses: missed(&touches),
+            store_too_large: all(Outcome::TooLarge),
+            store_no_memory: all(Outcome::NoMemory),
         }
     }
 
@@ -250,6 +256,8 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("cmd_meta", n(m.cmd_meta)),
         ("get_hits", n(m.get_hits)),
         ("get_misses", n(m.get_misses)),
+        ("get_expired", n(m.get_expired)),
+        ("get_flushed", n(m.get_flushed)),
         ("delete_misses", n(m.delete_misses)),
         ("delete_hits", n(m.delete_hits)),
         ("incr_misses", n(m.incr_misses)),
@@ -268,6 +276,7 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("limit_maxbytes", n(s.store.limit_bytes)),
         ("accepting_conns", n(s.accepting_connections as u64)),
         ("threads", n(s.workers.len() as u64)),
+        ("conn_yields", n(t.conn_yields)),
         ("bytes", n(s.store.bytes)),
         ("curr_items", n(s.store.items)),
         ("total_items", n(s.store.total_items)),
@@ -293,8 +302,11 @@ mod tests {
         w.record(Command::Cas, Outcome::Stored, 1);
         w.record(Command::Set, Outcome::TooLarge, 1);
         w.record(Command::Flush, Outcome::Hit, 1);
+        w.count(Command::Get, Outcome::Expired);
+        w.count(Command::MetaGet, Outcome::Flushed);
         let m = MemcachedCounters::from_totals(&w.snapshot());
-        assert_eq!((m.cmd_get, m.get_hits, m.get_misses), (3, 1, 1));
+        assert_eq!((m.cmd_get, m.get_hits, m.get_misses), (5, 1, 3));
+        assert_eq!((m.get_expired, m.get_flushed), (1, 1));
         assert_eq!((m.cmd_touch, m.touch_hits), (1, 1));
         assert_eq!(m.cmd_set, 5);
         assert_eq!((m.cas_hits, m.cas_badval, m.cas_misses), (1, 1, 0));

@@ -112,6 +112,12 @@ label_enum! {
         Hit => "hit",
         /// The key was not there.
         Miss => "miss",
+        /// A retrieval found the item expired (memcached counts it in `get_expired` and as a
+        /// miss).
+        Expired => "expired",
+        /// A retrieval found the item invalidated by `flush_all` (memcached's `get_flushed`,
+        /// also a miss).
+        Flushed => "flushed",
         /// A storage command stored its item.
         Stored => "stored",
         /// `add`/`replace`/`append`/`prepend` did not store (`NOT_STORED`).
@@ -172,6 +178,7 @@ pub struct WorkerMetrics {
     conns_opened: OwnedCounter,
     conns_closed: OwnedCounter,
     conns_rejected: OwnedCounter,
+    conn_yields: OwnedCounter,
 }
 
 impl Default for WorkerMetrics {
@@ -185,6 +192,7 @@ impl Default for WorkerMetrics {
             conns_opened: OwnedCounter::default(),
             conns_closed: OwnedCounter::default(),
             conns_rejected: OwnedCounter::default(),
+            conn_yields: OwnedCounter::default(),
         }
     }
 }
@@ -249,6 +257,13 @@ impl WorkerMetrics {
         self.conns_rejected.add(1);
     }
 
+    /// Counts a connection put back in the queue after its per-wake-up request limit (memcached's
+    /// `-R`, `conn_yields`).
+    #[inline]
+    pub fn conn_yield(&self) {
+        self.conn_yields.add(1);
+    }
+
     /// Reads every cell (relaxed loads: each value is exact, the set is not one instant).
     pub fn snapshot(&self) -> WorkerSnapshot {
         let mut s = WorkerSnapshot::default();
@@ -272,6 +287,7 @@ impl WorkerMetrics {
         s.conns_opened = self.conns_opened.get();
         s.conns_current = s.conns_opened.saturating_sub(closed);
         s.conns_rejected = self.conns_rejected.get();
+        s.conn_yields = self.conn_yields.get();
         s
     }
 }
@@ -387,6 +403,8 @@ pub struct WorkerSnapshot {
     pub conns_current: u64,
     /// Connections rejected over the limit.
     pub conns_rejected: u64,
+    /// Connections that yielded after their per-wake-up request limit.
+    pub conn_yields: u64,
 }
 
 impl Default for WorkerSnapshot {
@@ -400,6 +418,7 @@ impl Default for WorkerSnapshot {
             conns_opened: 0,
             conns_current: 0,
             conns_rejected: 0,
+            conn_yields: 0,
         }
     }
 }
@@ -445,6 +464,7 @@ impl WorkerSnapshot {
         d.bytes_written = d.bytes_written.saturating_sub(baseline.bytes_written);
         d.conns_opened = d.conns_opened.saturating_sub(baseline.conns_opened);
         d.conns_rejected = d.conns_rejected.saturating_sub(baseline.conns_rejected);
+        d.conn_yields = d.conn_yields.saturating_sub(baseline.conn_yields);
         d
     }
 
@@ -466,6 +486,7 @@ impl WorkerSnapshot {
             total.conns_opened += w.conns_opened;
             total.conns_current += w.conns_current;
             total.conns_rejected += w.conns_rejected;
+            total.conn_yields += w.conn_yields;
         }
         total
     }
@@ -506,6 +527,7 @@ mod tests {
         a.wakeup();
         b.read_bytes(10);
         b.written_bytes(7);
+        b.conn_yield();
         a.conn_opened();
         a.conn_opened();
         a.conn_closed();
@@ -516,6 +538,7 @@ mod tests {
         assert_eq!(total.requests(), 4);
         assert_eq!(total.wakeups, 1);
         assert_eq!((total.bytes_read, total.bytes_written), (10, 7));
+        assert_eq!(total.conn_yields, 1);
         assert_eq!(total.current_connections(), 1);
         assert_eq!(total.conns_opened, 2);
 

@@ -75,6 +75,8 @@ fn fake_server() -> FakeServer {
         w0.record(Command::Get, Outcome::Hit, 800);
     }
     w1.record(Command::Get, Outcome::Miss, 3_000);
+    w1.count(Command::Get, Outcome::Expired); // a second key of the same multi-get
+    w0.conn_yield();
     w0.record(Command::Set, Outcome::Stored, 1_500);
     w1.record(Command::Set, Outcome::Stored, 1_500);
     w1.record(Command::Add, Outcome::NotStored, 900);
@@ -182,7 +184,7 @@ fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
     };
     assert_eq!(f["memcached_commands"]["type"], "counter");
     assert_eq!(cmd("get", "hit"), 3.0);
-    assert_eq!(cmd("get", "miss"), 1.0);
+    assert_eq!(cmd("get", "miss"), 2.0); // a miss and an expired item
     assert_eq!(cmd("set", "hit"), 3.0); // set, set, add: memcached's cmd_set less cas
     assert_eq!(cmd("cas", "badval"), 1.0);
     assert_eq!(cmd("delete", "miss"), 1.0);
@@ -283,7 +285,23 @@ fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
     );
     assert_eq!(
         worker("tern_worker_requests", "tern_worker_requests_total", "1"),
-        3.0
+        4.0
+    );
+    assert_eq!(
+        one(
+            "memcached_connections_yielded",
+            "memcached_connections_yielded_total"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &f,
+            "tern_commands",
+            "tern_commands_total",
+            &[("command", "get"), ("status", "expired")]
+        ),
+        1.0
     );
     assert_eq!(
         worker("tern_worker_wakeups", "tern_worker_wakeups_total", "0"),
@@ -314,7 +332,9 @@ fn json_text_and_error_routes() {
         .to_ascii_lowercase()
         .contains("content-type: application/json"));
     let stats: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(stats["stats"]["cmd_get"], 4);
+    assert_eq!(stats["stats"]["cmd_get"], 5);
+    assert_eq!(stats["stats"]["get_expired"], 1);
+    assert_eq!(stats["stats"]["conn_yields"], 1);
     assert_eq!(stats["stats"]["get_hits"], 3);
     assert_eq!(stats["stats"]["cmd_set"], 4);
     assert_eq!(stats["stats"]["cas_badval"], 1);
