@@ -21,7 +21,7 @@ struct FakeServer {
 impl AdminSource for FakeServer {
     fn snapshot(&self) -> Snapshot {
         Snapshot {
-            version: "0.1.0-test \"quoted\"".into(),
+            version: "0.1.0-test \"quoted\" back\\slash".into(),
             pid: 4242,
             uptime_seconds: 17,
             time_unix_seconds: 1_800_000_000,
@@ -244,7 +244,7 @@ fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
             &f,
             "memcached_version",
             "memcached_version",
-            &[("version", "0.1.0-test \"quoted\"")]
+            &[("version", "0.1.0-test \"quoted\" back\\slash")]
         ),
         1.0
     );
@@ -352,7 +352,10 @@ fn json_text_and_error_routes() {
         (200, get(addr, "/health").1, "OK\n".into())
     );
     let (status, _, body) = get(addr, "/version");
-    assert_eq!((status, body.as_str()), (200, "0.1.0-test \"quoted\"\n"));
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "0.1.0-test \"quoted\" back\\slash\n")
+    );
 
     let (status, _, body) = get(addr, "/settings");
     assert_eq!(status, 200);
