@@ -88,6 +88,9 @@ struct Conn {
     in_end: usize,
     inflight: VecDeque<InFlight>,
     open: bool,
+    /// Registered for writability too: only while a write is blocked, because edge-triggered
+    /// EPOLLOUT fires on every ACK and would wake the loop for nothing.
+    wants_writable: bool,
     udp_next_id: u16,
     udp_datagram: Vec<u8>,
     udp_message: Vec<u8>,
@@ -160,6 +163,8 @@ pub struct Worker<'p> {
     round_robin: Vec<usize>,
     pending: Option<Pending>,
     pipeline: usize,
+    /// This thread's place in `0..plan.threads`, to stagger open-loop schedules.
+    thread: usize,
     pub stats: Stats,
     interval: Stats,
     last_reply: u64,
@@ -181,10 +186,9 @@ impl<'p> Worker<'p> {
             for _ in 0..plan.connections {
                 let mut socket = connect(target, udp)?;
                 let token = Token(conns.len());
-                let interest = Interest::READABLE | Interest::WRITABLE;
                 match &mut socket {
-                    Socket::Tcp(s) => poll.registry().register(s, token, interest)?,
-                    Socket::Unix(s) => poll.registry().register(s, token, interest)?,
+                    Socket::Tcp(s) => poll.registry().register(s, token, Interest::READABLE)?,
+                    Socket::Unix(s) => poll.registry().register(s, token, Interest::READABLE)?,
                     Socket::Udp(s) => poll.registry().register(s, token, Interest::READABLE)?,
                 }
                 by_server[server].push(conns.len());
@@ -206,6 +210,7 @@ impl<'p> Worker<'p> {
                     in_end: 0,
                     inflight: VecDeque::with_capacity(pipeline),
                     open: true,
+                    wants_writable: false,
                     udp_next_id: 0,
                     udp_datagram: if udp {
                         vec![0; UDP_DATAGRAM_MAX]
@@ -258,6 +263,7 @@ impl<'p> Worker<'p> {
             } else {
                 plan.pipeline
             },
+            thread,
             stats: Stats::new(commands),
             interval: Stats::new(commands),
             last_reply: 0,
@@ -409,7 +415,8 @@ impl<'p> Worker<'p> {
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        for conn in &mut self.conns {
+        let registry = self.poll.registry();
+        for (ci, conn) in self.conns.iter_mut().enumerate() {
             while conn.open && conn.out_sent < conn.out.len() {
                 let pending = &conn.out[conn.out_sent..];
                 let written = match &mut conn.socket {
@@ -424,9 +431,23 @@ impl<'p> Worker<'p> {
                     Err(_) => Self::close(conn, &mut self.stats),
                 }
             }
+            let blocked = conn.open && conn.out_sent < conn.out.len();
             if conn.out_sent == conn.out.len() {
                 conn.out.clear();
                 conn.out_sent = 0;
+            }
+            if blocked != conn.wants_writable {
+                let interest = if blocked {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                match &mut conn.socket {
+                    Socket::Tcp(s) => registry.reregister(s, Token(ci), interest)?,
+                    Socket::Unix(s) => registry.reregister(s, Token(ci), interest)?,
+                    Socket::Udp(_) => unreachable!("datagrams are sent as they are made"),
+                }
+                conn.wants_writable = blocked;
             }
         }
         Ok(())
@@ -479,8 +500,14 @@ impl<'p> Worker<'p> {
                     return Ok(());
                 }
                 Ok(n) => {
+                    let drained = conn.in_end + n < conn.input.len();
                     conn.in_end += n;
                     self.parse_replies(ci, now)?;
+                    // A short read emptied the socket: skip the read that would only say
+                    // WouldBlock (one syscall per reply saved); new bytes raise a new edge.
+                    if drained {
+                        return Ok(());
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -605,7 +632,11 @@ impl<'p> Worker<'p> {
         };
         // Open-loop schedule: due times not yet sent, oldest first.
         let mut backlog: VecDeque<u64> = VecDeque::with_capacity(1024);
-        let mut next_due = now_ns() as f64;
+        // Threads' constant-rate schedules interleave instead of all firing at once.
+        let stagger = gap_ns.map_or(0.0, |gap| {
+            gap * self.thread as f64 / self.plan.threads as f64
+        });
+        let mut next_due = now_ns() as f64 + stagger;
         let mut scheduled = 0u64; // measured requests scheduled (open) or placed (closed)
         let mut next_tick = 1_000_000_000u64;
         let mut events = Events::with_capacity(1024);
@@ -642,8 +673,11 @@ impl<'p> Worker<'p> {
                 }
             } else {
                 while schedule_open {
-                    if self.pending.is_none() {
-                        self.pending = Some(self.generate(now));
+                    match &mut self.pending {
+                        None => self.pending = Some(self.generate(now)),
+                        // Closed loop: a request waiting for a free connection is timed from
+                        // when it goes out, as memtier does.
+                        Some(p) => p.due = now,
                     }
                     if !self.place(now, warmup_end)? {
                         break;

@@ -332,8 +332,11 @@ fn run_sweep(args: &SweepArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let title = format!(
-        "{} / {} x {} conns x pipeline {}",
-        base.protocol, base.threads, base.connections, base.pipeline
+        "tern bench sweep of {}: {} {}, {}",
+        args.vary.label(),
+        base.protocol,
+        base.transport,
+        base.mix
     );
     plot::write(&args.out.join("sweep"), &title, args.vary.label(), &figure)?;
     if args.output.json {

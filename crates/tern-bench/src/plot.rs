@@ -63,11 +63,13 @@ fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc(x_label)
+        .x_label_formatter(&|v| format!("{v}"))
         .y_desc("latency (ms)")
         .draw()?;
     chart
         .configure_secondary_axes()
         .y_desc("throughput (ops/s)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     let lines: [LatencySeries; 3] = [
         ("mean", BLUE, |p| p.mean_ms),

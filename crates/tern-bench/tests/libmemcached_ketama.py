@@ -1,8 +1,8 @@
 """Ask libmemcached itself (through ctypes, no headers needed) where weighted ketama puts each key.
 
-Usage: libmemcached_ketama.py host:port[,host:port...] key [key ...]
-Prints one line per key, "<key> <server index>", and stores each key through libmemcached so the
-caller can also check where it really landed.
+Usage: libmemcached_ketama.py [--hash-only] host:port[,host:port...] key [key ...]
+Prints one line per key, "<key> <server index>", and (unless --hash-only) stores each key through
+libmemcached so the caller can also check where it really landed.
 """
 import ctypes
 import sys
@@ -25,16 +25,21 @@ lib.memcached_generate_hash.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes
 lib.memcached_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                               ctypes.c_size_t, ctypes.c_long, ctypes.c_uint32]
 
+args = sys.argv[1:]
+store = args[0] != "--hash-only"
+if not store:
+    args = args[1:]
 memc = lib.memcached_create(None)
-for server in sys.argv[1].split(","):
+for server in args[0].split(","):
     host, port = server.rsplit(":", 1)
     assert lib.memcached_server_add(memc, host.encode(), int(port)) == 0, server
 assert lib.memcached_behavior_set(memc, BEHAVIOR_KETAMA_WEIGHTED, 1) == 0
 assert lib.memcached_behavior_get(memc, BEHAVIOR_KETAMA_WEIGHTED) == 1
 assert lib.memcached_behavior_get(memc, BEHAVIOR_DISTRIBUTION) == DISTRIBUTION_CONSISTENT_WEIGHTED
-for key in sys.argv[2:]:
+for key in args[1:]:
     k = key.encode()
     index = lib.memcached_generate_hash(memc, k, len(k))
-    rc = lib.memcached_set(memc, k, len(k), b"x", 1, 0, 0)
-    assert rc == 0, f"memcached_set({key}) returned {rc}"
+    if store:
+        rc = lib.memcached_set(memc, k, len(k), b"x", 1, 0, 0)
+        assert rc == 0, f"memcached_set({key}) returned {rc}"
     print(key, index)
