@@ -171,8 +171,9 @@ fn may_grow_long(buf: &[u8], max_line: usize) -> bool {
         && buf.len() <= max_line
 }
 
+#[inline]
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
+    memchr::memchr(needle, haystack)
 }
 
 /// Space-separated tokens of part of a line (keys of a get, arguments of stats).

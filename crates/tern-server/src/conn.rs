@@ -48,6 +48,8 @@ pub struct Conn {
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
+    /// Registered for writable events too (only while replies wait for the client to read).
+    pub watching_writes: bool,
 }
 
 /// Per-call limits from the settings.
@@ -72,6 +74,7 @@ impl Conn {
             close_after_write: false,
             peer_closed: false,
             queued: false,
+            watching_writes: false,
         }
     }
 
@@ -146,8 +149,14 @@ impl Conn {
                     return Ok(false);
                 }
                 Ok(n) => {
+                    let room = self.rbuf.len() - self.rend;
                     self.rend += n;
                     exec.counters.bytes_read.add(n as u64);
+                    if n < room {
+                        // A short read took all the socket had; anything arriving later raises
+                        // a new edge. This saves the read that would only say WouldBlock.
+                        return Ok(false);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -157,7 +166,9 @@ impl Conn {
     }
 
     /// Makes room at the end of the read buffer: compacts unparsed bytes to the front, grows the
-    /// buffer for a request that needs more than it holds, shrinks it back once empty.
+    /// buffer only when the pending request needs more than it holds (`need`), shrinks it back
+    /// once empty. With no room left and no need to grow, the buffer stays full: serving
+    /// requests frees it.
     fn make_room(&mut self) {
         if self.rstart == self.rend {
             self.rstart = 0;
@@ -166,23 +177,25 @@ impl Conn {
                 self.rbuf = vec![0; READ_BUFFER].into_boxed_slice();
             }
         }
-        let pending = self.rend - self.rstart;
-        let want = self.need.max(pending + 1);
-        if self.rbuf.len() - self.rend >= MIN_READ_ROOM && self.rbuf.len() - self.rstart >= want {
+        let len = self.rbuf.len();
+        if len - self.rend >= MIN_READ_ROOM && len - self.rstart >= self.need {
             return;
         }
-        if want > self.rbuf.len() {
+        let pending = self.rend - self.rstart;
+        if self.need > len {
             // A data block grows the buffer to its exact size, once; a long line doubles it.
             let size = if self.need_exact {
-                want
+                self.need
             } else {
-                want.max(self.rbuf.len() * 2)
+                self.need.max(len * 2)
             };
             let mut grown = vec![0; size].into_boxed_slice();
             grown[..pending].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
             self.rbuf = grown;
-        } else {
+        } else if self.rstart > 0 {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
+        } else {
+            return;
         }
         self.rstart = 0;
         self.rend = pending;
@@ -219,6 +232,7 @@ impl Conn {
                 Frame::Line { consumed, parsed } => (consumed, parsed),
             };
             self.need = 0;
+            self.need_exact = false;
             served += 1;
             match parsed {
                 Err(rejection) => {

@@ -146,7 +146,7 @@ impl Worker {
             if let Err(e) = self.poll.registry().register(
                 &mut conn.stream,
                 Token(FIRST_CONN + idx),
-                Interest::READABLE | Interest::WRITABLE,
+                Interest::READABLE,
             ) {
                 tracing::warn!(worker = self.id, "cannot register a connection: {e}");
                 self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
@@ -168,6 +168,27 @@ impl Worker {
                 if again && !conn.queued {
                     conn.queued = true;
                     self.again.push(idx);
+                }
+                // Writable events are wanted only while replies wait in the buffer: watching
+                // them always would wake the loop after every reply the kernel acknowledges.
+                let want_writes = conn.has_unsent();
+                if want_writes != conn.watching_writes {
+                    let interest = if want_writes {
+                        Interest::READABLE | Interest::WRITABLE
+                    } else {
+                        Interest::READABLE
+                    };
+                    let token = Token(FIRST_CONN + idx);
+                    if self
+                        .poll
+                        .registry()
+                        .reregister(&mut conn.stream, token, interest)
+                        .is_err()
+                    {
+                        self.close(idx);
+                        return;
+                    }
+                    conn.watching_writes = want_writes;
                 }
             }
         }
