@@ -31,8 +31,8 @@ const UDP_TIMEOUT_NS: u64 = 1_000_000_000;
 const DRAIN_NS: u64 = 2_000_000_000;
 /// With requests in flight and no reply for this long, the server is declared stuck.
 const STUCK_NS: u64 = 10_000_000_000;
-/// Open loop: when the next send is closer than this, poll without sleeping, because epoll's
-/// millisecond timeout would make every send up to a millisecond late.
+/// Open loop: how long before a send is due the loop stops sleeping and polls without waiting,
+/// because epoll's millisecond timeout and the scheduler's wake-up delay would make sends late.
 const SPIN_BELOW_NS: u64 = 2_000_000;
 /// Requests in flight per connection while preloading.
 const PRELOAD_PIPELINE: usize = 32;
@@ -466,6 +466,7 @@ impl<'p> Worker<'p> {
         self.interval.latency.saturating_record(latency);
         self.interval.counts.record(f.command as usize, reply);
         if f.measured {
+            self.stats.last_reply_ns = now;
             self.stats.latency.saturating_record(latency);
             self.stats.counts.record(f.command as usize, reply);
         }
@@ -744,10 +745,13 @@ impl<'p> Worker<'p> {
                 });
             }
             let until = wake.saturating_sub(now);
-            let timeout = if gap_ns.is_some() && until < SPIN_BELOW_NS {
-                Duration::ZERO
-            } else {
-                Duration::from_nanos(until)
+            let timeout = match gap_ns {
+                // Open loop: sleep until shortly before the next send is due, then spin, so sends
+                // leave on time despite epoll's millisecond timeouts and wake-up delays.
+                Some(_) if schedule_open => {
+                    Duration::from_nanos(until.saturating_sub(SPIN_BELOW_NS))
+                }
+                _ => Duration::from_nanos(until),
             };
             self.poll.poll(&mut events, Some(timeout))?;
             let now = now_ns();

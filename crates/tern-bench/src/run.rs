@@ -158,14 +158,12 @@ pub fn run(
     let (tx, rx) = mpsc::channel::<Tick>();
     let start = Instant::now();
     let mut cpu_begin = None;
-    let mut cpu_begin_at = start;
     let stats = spawn_all(&plan, ring.as_ref(), jobs, start, Some(tx), || {
         let mut pending: HashMap<u64, (usize, Second)> = HashMap::new();
         let mut emit = |second: Second| on_second(&second);
         loop {
             if cpu_begin.is_none() && start.elapsed() >= plan.warmup {
                 cpu_begin = Some(CpuSample::take(pid));
-                cpu_begin_at = Instant::now();
             }
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(tick) => {
@@ -197,12 +195,14 @@ pub fn run(
         rest.into_iter().for_each(emit);
     })?;
     let cpu_end = CpuSample::take(pid);
-    let measured_for = cpu_begin_at.elapsed();
 
     let counts = stats.counts.clone();
+    // Until the last reply: a server that fell behind answers after the schedule ended, and its
+    // throughput must not be credited with the schedule's rate.
+    let until_last_reply = Duration::from_nanos(stats.last_reply_ns).saturating_sub(plan.warmup);
     let seconds = match plan.requests {
-        Some(_) => measured_for.as_secs_f64(),
-        None => plan.duration.as_secs_f64(),
+        Some(_) => until_last_reply.as_secs_f64(),
+        None => plan.duration.max(until_last_reply).as_secs_f64(),
     };
     let gets = counts.hits + counts.misses;
     Ok(RunReport {

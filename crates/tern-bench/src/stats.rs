@@ -113,6 +113,8 @@ impl Counts {
 pub struct Stats {
     pub latency: Histogram<u64>,
     pub counts: Counts,
+    /// When the last measured reply arrived, in ns from the run's start.
+    pub last_reply_ns: u64,
 }
 
 impl Stats {
@@ -120,12 +122,14 @@ impl Stats {
         Stats {
             latency: new_histogram(),
             counts: Counts::new(commands),
+            last_reply_ns: 0,
         }
     }
 
     pub fn add(&mut self, o: &Stats) {
         self.latency.add(&o.latency).expect("same histogram bounds");
         self.counts.add(&o.counts);
+        self.last_reply_ns = self.last_reply_ns.max(o.last_reply_ns);
     }
 }
 
