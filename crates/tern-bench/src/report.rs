@@ -42,9 +42,9 @@ impl Live {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new(seconds.unwrap_or(0));
             let template = if seconds.is_some() {
-                "{bar:30} {pos}/{len}s {msg}"
+                "{bar:40} {pos}/{len}s"
             } else {
-                "{spinner} {msg}"
+                "{spinner} {elapsed}"
             };
             bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
             bar
@@ -63,8 +63,9 @@ impl Live {
         let line = live_line(s);
         match &self.bar {
             Some(bar) => {
+                // Each second stays on screen above the bar, as the plain lines do.
+                bar.println(&line);
                 bar.set_position(s.second + 1);
-                bar.set_message(line);
             }
             None if !self.quiet => eprintln!("{line}"),
             None => {}
