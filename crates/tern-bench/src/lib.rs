@@ -479,6 +479,17 @@ fn run_compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let several_runs = match &args.command {
+        Some(BenchCommand::Sweep(a)) => Some(&a.output),
+        Some(BenchCommand::Slo(a)) => Some(&a.output),
+        Some(BenchCommand::Compare(a)) => Some(&a.output),
+        _ => None,
+    };
+    // One interval log per run would need a file per run: ask for it on `run` instead.
+    anyhow::ensure!(
+        several_runs.is_none_or(|o| o.hdr.is_none()),
+        "--hdr records a single run; use it with `tern bench run`"
+    );
     match &args.command {
         None => run_once(&args.run),
         Some(BenchCommand::Run(run)) => run_once(run),

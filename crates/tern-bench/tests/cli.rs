@@ -283,4 +283,7 @@ fn plain_run_is_the_default_subcommand() {
     assert!(same.contains("throughput"));
     let out = tern_bench(&["-s", &server, "-m", "frobnicate:1"]);
     assert!(!out.status.success());
+    let out = tern_bench(&["slo", "-s", &server, "--p99", "1ms", "--hdr", "x.hlog"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--hdr records a single run"));
 }
