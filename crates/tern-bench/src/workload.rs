@@ -124,12 +124,14 @@ impl Target {
         })
     }
 
-    /// The server's name on the ketama ring: `host:port`, or `host` alone for the default port.
+    /// The server's name on the ketama ring: `host:port`, `host` alone for the default port, and
+    /// `path:0` for a unix socket.
     pub fn ring_name(&self) -> String {
         match self {
             Target::Tcp { host, port, .. } if *port == 11211 => host.clone(),
             Target::Tcp { host, port, .. } => format!("{host}:{port}"),
-            Target::Unix(path) => path.display().to_string(),
+            // libmemcached gives a unix socket port 0, and names it like any other port.
+            Target::Unix(path) => format!("{}:0", path.display()),
         }
     }
 }

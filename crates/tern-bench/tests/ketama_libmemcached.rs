@@ -47,12 +47,13 @@ fn holds(server: &ServerProcess, key: &str) -> bool {
 }
 
 #[test]
-fn ring_matches_libmemcached_including_the_default_port_rule() {
+fn ring_matches_libmemcached_including_the_default_port_and_unix_socket_rules() {
     let servers: Vec<String> = [
         "127.0.0.1:11211",
         "10.0.0.2:11211",
         "10.0.0.3:22122",
         "10.0.0.4:1",
+        "/run/memcached/a.sock",
     ]
     .map(String::from)
     .to_vec();

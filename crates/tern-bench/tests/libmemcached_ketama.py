@@ -20,6 +20,7 @@ lib.memcached_behavior_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_u
 lib.memcached_behavior_get.restype = ctypes.c_uint64
 lib.memcached_behavior_get.argtypes = [ctypes.c_void_p, ctypes.c_int]
 lib.memcached_server_add.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint16]
+lib.memcached_server_add_unix_socket.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 lib.memcached_generate_hash.restype = ctypes.c_uint32
 lib.memcached_generate_hash.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
 lib.memcached_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
@@ -31,6 +32,9 @@ if not store:
     args = args[1:]
 memc = lib.memcached_create(None)
 for server in args[0].split(","):
+    if server.startswith("/"):
+        assert lib.memcached_server_add_unix_socket(memc, server.encode()) == 0, server
+        continue
     host, port = server.rsplit(":", 1)
     assert lib.memcached_server_add(memc, host.encode(), int(port)) == 0, server
 assert lib.memcached_behavior_set(memc, BEHAVIOR_KETAMA_WEIGHTED, 1) == 0
