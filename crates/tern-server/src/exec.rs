@@ -18,6 +18,9 @@ use crate::stats::{self, Totals, WorkerCounters};
 /// on the server's version see a 1.6 server.
 pub const VERSION_REPLY: &str = concat!("VERSION 1.6.18-tern-", env!("CARGO_PKG_VERSION"), "\r\n");
 
+/// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
+pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
+
 /// State shared by every worker: settings, the store, the counters of every worker.
 pub struct Shared {
     pub settings: Settings,
@@ -31,6 +34,8 @@ pub struct Shared {
     pub baseline: Mutex<Totals>,
     /// Set by the `verbosity` command; shown in `stats settings`.
     pub verbosity: AtomicU32,
+    /// Applies a new `verbosity` to the log filter (absent when logging is set up elsewhere).
+    pub set_log_level: Option<LogLevelSetter>,
     /// Set once: stop accepting, finish in-flight replies, exit.
     pub shutdown: AtomicBool,
 }
@@ -43,6 +48,7 @@ impl Shared {
                 .map(|_| WorkerCounters::default())
                 .collect(),
             verbosity: AtomicU32::new(u32::from(settings.verbose)),
+            set_log_level: None,
             settings,
             store,
             curr_connections: AtomicUsize::new(0),
@@ -171,7 +177,12 @@ impl<'a> Executor<'a> {
             }
             Command::Version => out.extend_from_slice(VERSION_REPLY.as_bytes()),
             Command::Verbosity { level, noreply } => {
-                self.shared.verbosity.store(level.min(2), Ordering::Relaxed);
+                // memcached caps the level at 2; level N logs as much as -v repeated N times.
+                let level = level.min(2);
+                self.shared.verbosity.store(level, Ordering::Relaxed);
+                if let Some(set) = &self.shared.set_log_level {
+                    set(level);
+                }
                 reply(out, noreply, ascii::OK);
             }
             Command::Stats { args } => self.stats(args, out),

@@ -37,7 +37,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut settings = Settings::from_args(&args)?;
-    init_logging(settings.verbose);
+    let log_level = init_logging(settings.verbose);
     settings.absolutize_paths()?;
 
     // Sockets first, so a port in use is reported on the terminal even with -d.
@@ -90,7 +90,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
-    let shared = Arc::new(Shared::new(settings, store));
+    let mut shared = Shared::new(settings, store);
+    shared.set_log_level = log_level;
+    let shared = Arc::new(shared);
 
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
@@ -142,16 +144,26 @@ fn tick_clock(shared: &Shared, clock: &Clock) {
     }
 }
 
-/// Quiet by default (warnings and errors); -v info, -vv debug, -vvv trace.
-fn init_logging(verbose: u8) {
-    let level = match verbose {
-        0 => tracing::Level::WARN,
-        1 => tracing::Level::INFO,
-        2 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
+/// Quiet by default (warnings and errors); -v info, -vv debug, -vvv trace. Returns the setter
+/// the `verbosity` command uses to change the level while running.
+fn init_logging(verbose: u8) -> Option<exec::LogLevelSetter> {
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::prelude::*;
+    let level = |verbose: u32| match verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        2 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
     };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .try_init();
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(level(u32::from(verbose)));
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .try_init()
+        .is_ok();
+    installed.then(|| {
+        Box::new(move |verbose: u32| {
+            let _ = handle.modify(|filter| *filter = level(verbose));
+        }) as exec::LogLevelSetter
+    })
 }

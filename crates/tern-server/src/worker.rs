@@ -154,6 +154,7 @@ impl Worker {
                 continue;
             }
             self.conns[idx] = Some(conn);
+            tracing::debug!(worker = self.id, conn = idx, "new connection");
         }
     }
 
@@ -199,6 +200,7 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(idx);
+            tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }
     }
 

@@ -320,3 +320,29 @@ fn dash_k_locks_memory_or_says_why_not() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn the_verbosity_command_raises_the_log_level() {
+    let port = free_port();
+    let child = Command::new(tern_bin())
+        .args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the server to accept", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mut c = Conn::connect(port);
+    c.expect(b"verbosity 2\r\n", b"OK\r\n");
+    let mut other = Conn::connect(port);
+    other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    c.expect(b"verbosity 0\r\n", b"OK\r\n");
+    Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    // Debug lines appear only while verbosity was 2: one for the second connection.
+    assert_eq!(log.matches("new connection").count(), 1, "{log}");
+}
