@@ -819,6 +819,36 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_bytes_never_panic_and_frames_stay_in_bounds() {
+        // A fixed-seed generator: reproducible, no dependency.
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"getsadcrpnilouvfh_0123456789 -+\r\n\t\x00\xffk";
+        for _ in 0..20_000 {
+            let len = (next() % 64) as usize;
+            let buf: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            match parse(&buf, 4096) {
+                Frame::Line { consumed, parsed } => {
+                    assert!(consumed >= 1 && consumed <= buf.len());
+                    assert_eq!(buf[consumed - 1], b'\n');
+                    if let Ok(Command::Store { bytes, .. }) = parsed {
+                        assert!(bytes <= i32::MAX as usize);
+                    }
+                }
+                Frame::Incomplete => assert!(!buf.contains(&b'\n')),
+                Frame::LineTooLong => unreachable!("64 bytes is never too long"),
+            }
+        }
+    }
+
+    #[test]
     fn encoders() {
         let mut out = Vec::new();
         encode_value(&mut out, b"k", 3, b"xy", Some(9));

@@ -154,3 +154,52 @@ fn many_connections_over_many_workers() {
         }
     });
 }
+
+#[test]
+fn garbage_gets_answers_never_a_crash_or_a_hang() {
+    let server = ServerProcess::tern(&["-t", "2"]);
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let pieces: &[&[u8]] = &[
+        b"get ",
+        b"set ",
+        b"cas ",
+        b"incr ",
+        b"delete ",
+        b"touch ",
+        b"gat ",
+        b"k ",
+        b"0 ",
+        b"-1 ",
+        b"99999999999999999999 ",
+        b"noreply ",
+        b"\r\n",
+        b"\n",
+        b"\x00",
+        b"\xff",
+        b"     ",
+        b"stats ",
+        b"flush_all ",
+        b"verbosity ",
+        b"x",
+    ];
+    for _ in 0..50 {
+        let mut c = server.connect();
+        let mut junk = Vec::new();
+        for _ in 0..(next() % 60) {
+            junk.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+        }
+        // End with a line of its own so a pending data block or line cannot swallow the probe.
+        junk.extend_from_slice(b"\r\n");
+        c.send(&junk);
+        drop(c);
+    }
+    // The server still answers, on a fresh connection.
+    let mut c = server.connect();
+    c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+}
