@@ -369,31 +369,18 @@ impl<'p> Worker<'p> {
         let measured = p.due >= warmup_end;
         let conn = &mut self.conns[ci];
         let mut udp_id = 0;
-        if let Socket::Udp(socket) = &conn.socket {
+        if matches!(conn.socket, Socket::Udp(_)) {
             udp_id = conn.udp_next_id;
             conn.udp_next_id = conn.udp_next_id.wrapping_add(1);
             conn.out.clear();
             client::encode_udp_header(&mut conn.out, udp_id);
-            encode(
-                self.plan,
-                op,
-                dialect,
-                &self.keys,
-                &self.values[..value_len],
-                &mut conn.out,
-            );
+        }
+        let value = &self.values[..value_len];
+        encode(self.plan, op, dialect, &self.keys, value, &mut conn.out);
+        if let Socket::Udp(socket) = &conn.socket {
             // A datagram that cannot be sent now is lost like one the network drops: it times out.
             let _ = socket.send(&conn.out);
             conn.out.clear();
-        } else {
-            encode(
-                self.plan,
-                op,
-                dialect,
-                &self.keys,
-                &self.values[..value_len],
-                &mut conn.out,
-            );
         }
         if conn.inflight.is_empty() {
             self.last_reply = now;

@@ -140,13 +140,15 @@ impl Slo {
     }
 
     /// Met when the percentiles are in bounds and the server kept up with the rate (an open-loop
-    /// run that fell behind would otherwise pass on the requests it did answer).
+    /// run that fell behind would otherwise pass on the requests it did answer). 90 %, not more:
+    /// throughput counts until the last reply, so a short probe loses a few percent to any
+    /// hiccup at its end, while a server that falls behind loses far more.
     pub fn met_by(&self, r: &RunReport) -> bool {
         let l = &r.latency_us;
         let within = |bound: Option<f64>, v: f64| bound.is_none_or(|b| v <= b);
         let kept_up = r
             .target_rate
-            .is_none_or(|rate| r.ops_per_sec >= 0.95 * rate);
+            .is_none_or(|rate| r.ops_per_sec >= 0.9 * rate);
         within(self.p99_us, l.p99)
             && within(self.p999_us, l.p999)
             && kept_up

@@ -114,19 +114,18 @@ fn binary_header(out: &mut Vec<u8>, opcode: u8, key_len: usize, extras_len: u8, 
     out.extend_from_slice(&0u64.to_be_bytes()); // cas
 }
 
+/// A text request of one line: `<verb><key><tail>`.
+fn text_line(out: &mut Vec<u8>, verb: &[u8], key: &[u8], tail: &[u8]) {
+    out.extend_from_slice(verb);
+    out.extend_from_slice(key);
+    out.extend_from_slice(tail);
+}
+
 /// `get <key>`.
 pub fn encode_get(dialect: Dialect, out: &mut Vec<u8>, key: &[u8]) {
     match dialect {
-        Dialect::Ascii => {
-            out.extend_from_slice(b"get ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
-        Dialect::Meta => {
-            out.extend_from_slice(b"mg ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b" v\r\n");
-        }
+        Dialect::Ascii => text_line(out, b"get ", key, b"\r\n"),
+        Dialect::Meta => text_line(out, b"mg ", key, b" v\r\n"),
         Dialect::Binary => {
             binary_header(out, OP_GET, key.len(), 0, key.len());
             out.extend_from_slice(key);
@@ -152,9 +151,7 @@ pub fn encode_multiget<'k>(
         }
         Dialect::Meta => {
             for key in keys {
-                out.extend_from_slice(b"mg ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b" v q\r\n");
+                text_line(out, b"mg ", key, b" v q\r\n");
             }
             out.extend_from_slice(b"mn\r\n");
         }
@@ -172,18 +169,14 @@ pub fn encode_multiget<'k>(
 pub fn encode_set(dialect: Dialect, out: &mut Vec<u8>, key: &[u8], value: &[u8], ttl: u32) {
     match dialect {
         Dialect::Ascii => {
-            out.extend_from_slice(b"set ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b" 0 ");
+            text_line(out, b"set ", key, b" 0 ");
             push_decimal(out, ttl.into());
             out.push(b' ');
             push_decimal(out, value.len() as u64);
             out.extend_from_slice(b"\r\n");
         }
         Dialect::Meta => {
-            out.extend_from_slice(b"ms ");
-            out.extend_from_slice(key);
-            out.push(b' ');
+            text_line(out, b"ms ", key, b" ");
             push_decimal(out, value.len() as u64);
             out.extend_from_slice(b" T");
             push_decimal(out, ttl.into());
@@ -205,16 +198,8 @@ pub fn encode_set(dialect: Dialect, out: &mut Vec<u8>, key: &[u8], value: &[u8],
 /// `delete <key>`.
 pub fn encode_delete(dialect: Dialect, out: &mut Vec<u8>, key: &[u8]) {
     match dialect {
-        Dialect::Ascii => {
-            out.extend_from_slice(b"delete ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
-        Dialect::Meta => {
-            out.extend_from_slice(b"md ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
+        Dialect::Ascii => text_line(out, b"delete ", key, b"\r\n"),
+        Dialect::Meta => text_line(out, b"md ", key, b"\r\n"),
         Dialect::Binary => {
             binary_header(out, OP_DELETE, key.len(), 0, key.len());
             out.extend_from_slice(key);
@@ -225,16 +210,8 @@ pub fn encode_delete(dialect: Dialect, out: &mut Vec<u8>, key: &[u8]) {
 /// `incr <key> 1`; a missing key is not created (memcached's ASCII behaviour, in every dialect).
 pub fn encode_incr(dialect: Dialect, out: &mut Vec<u8>, key: &[u8]) {
     match dialect {
-        Dialect::Ascii => {
-            out.extend_from_slice(b"incr ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b" 1\r\n");
-        }
-        Dialect::Meta => {
-            out.extend_from_slice(b"ma ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"\r\n");
-        }
+        Dialect::Ascii => text_line(out, b"incr ", key, b" 1\r\n"),
+        Dialect::Meta => text_line(out, b"ma ", key, b"\r\n"),
         Dialect::Binary => {
             binary_header(out, OP_INCREMENT, key.len(), 20, 20 + key.len());
             out.extend_from_slice(&1u64.to_be_bytes()); // delta
@@ -248,17 +225,12 @@ pub fn encode_incr(dialect: Dialect, out: &mut Vec<u8>, key: &[u8]) {
 /// `touch <key> <ttl>`.
 pub fn encode_touch(dialect: Dialect, out: &mut Vec<u8>, key: &[u8], ttl: u32) {
     match dialect {
-        Dialect::Ascii => {
-            out.extend_from_slice(b"touch ");
-            out.extend_from_slice(key);
-            out.push(b' ');
-            push_decimal(out, ttl.into());
-            out.extend_from_slice(b"\r\n");
-        }
-        Dialect::Meta => {
-            out.extend_from_slice(b"mg ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(b" T");
+        Dialect::Ascii | Dialect::Meta => {
+            let (verb, flag): (&[u8], &[u8]) = match dialect {
+                Dialect::Ascii => (b"touch ", b" "),
+                _ => (b"mg ", b" T"),
+            };
+            text_line(out, verb, key, flag);
             push_decimal(out, ttl.into());
             out.extend_from_slice(b"\r\n");
         }
