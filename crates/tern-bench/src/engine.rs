@@ -514,7 +514,8 @@ impl<'p> Worker<'p> {
             let Some(&front) = conn.inflight.front() else {
                 if !received.is_empty() {
                     bail!(
-                        "unexpected bytes from the server: {:?}",
+                        "unexpected bytes from the server, more than its replies (does it speak \
+                         this protocol?): {:?}",
                         String::from_utf8_lossy(&received[..received.len().min(80)])
                     );
                 }

@@ -73,10 +73,11 @@ fn preload_makes_every_get_a_hit() {
 #[test]
 fn open_loop_sends_at_the_target_rate() {
     let mc = ServerProcess::memcached(&[]);
-    for arrivals in ["constant", "poisson"] {
+    for (arrivals, threads) in [("constant", 1), ("poisson", 1), ("constant", 2)] {
         let w = Workload {
             rate: Some(2_000.0),
             arrivals: arrivals.into(),
+            threads,
             duration: "2s".into(),
             warmup: "200ms".into(),
             ..workload(&format!("127.0.0.1:{}", mc.port))
@@ -86,7 +87,7 @@ fn open_loop_sends_at_the_target_rate() {
         let achieved = sent as f64 / r.seconds;
         assert!(
             (achieved - 2_000.0).abs() <= 100.0,
-            "{arrivals}: sent {achieved:.0}/s for a target of 2000/s"
+            "{arrivals}, {threads} thread(s): sent {achieved:.0}/s for a target of 2000/s"
         );
         assert_eq!(r.mode, "open");
     }
