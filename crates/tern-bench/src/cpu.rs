@@ -35,12 +35,14 @@ pub struct CpuReport {
     pub server_cpu_ms: Option<f64>,
     /// Server CPU microseconds per request answered.
     pub server_cpu_us_per_request: Option<f64>,
+    /// The server's CPU use each second of the run (100 = one core busy), warm-up included.
+    pub server_cpu_percent_per_second: Vec<f64>,
     /// The whole machine (`cpu`) then each CPU (`cpu0`, ...).
     pub machine: Vec<Split>,
 }
 
 /// The server's total CPU time in nanoseconds, summed over its threads.
-fn server_cpu_ns(pid: u32) -> Option<u64> {
+pub fn server_cpu_ns(pid: u32) -> Option<u64> {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut total = 0;
     for task in tasks.flatten() {
@@ -112,6 +114,7 @@ impl CpuSample {
             server_cpu_us_per_request: server_ns
                 .filter(|_| requests > 0)
                 .map(|ns| ns as f64 / 1e3 / requests as f64),
+            server_cpu_percent_per_second: Vec::new(),
             machine,
         }
     }

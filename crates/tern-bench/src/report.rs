@@ -25,14 +25,22 @@ pub struct Live {
 pub fn live_line(s: &Second) -> String {
     let c = &s.stats.counts;
     let l = Latency::of(&s.stats.latency);
+    let server = s
+        .server_cpu_percent
+        .map_or(String::new(), |p| format!("  server cpu {p:>5.1}%"));
     format!(
-        "[{:>4}s] {:>10} ops/s  p50 {:>8.1} us  p99 {:>8.1} us  errors {}{}",
+        "[{:>4}s] {:>10} ops/s  p50 {:>8.1} us  p99 {:>8.1} us  errors {}{server}{}",
         s.second + 1,
         (c.replies as f64 / s.span.max(1e-3)).round(),
         l.p50,
         l.p99,
         c.errors.total(),
-        if s.measuring { "" } else { "  (warm-up)" }
+        match (s.measuring, s.span < 0.99) {
+            (false, _) => "  (warm-up)".to_string(),
+            // A thread's last tick covers only the end of the run (the drain).
+            (true, true) => format!("  (last {:.3} s)", s.span),
+            (true, false) => String::new(),
+        }
     )
 }
 

@@ -57,6 +57,8 @@ pub struct Second {
     pub span: f64,
     pub measuring: bool,
     pub stats: Stats,
+    /// The server's CPU use over this second, when its process is known (100 = one core).
+    pub server_cpu_percent: Option<f64>,
 }
 
 fn spawn_all(
@@ -158,9 +160,27 @@ pub fn run(
     let (tx, rx) = mpsc::channel::<Tick>();
     let start = Instant::now();
     let mut cpu_begin = None;
+    let mut cpu_percent = Vec::new();
     let stats = spawn_all(&plan, ring.as_ref(), jobs, start, Some(tx), || {
         let mut pending: HashMap<u64, (usize, Second)> = HashMap::new();
-        let mut emit = |second: Second| on_second(&second);
+        // Server CPU sampled as each second is emitted: through the run, not only at its ends.
+        let mut last_cpu = pid
+            .and_then(cpu::server_cpu_ns)
+            .map(|ns| (ns, Instant::now()));
+        let mut emit = |mut second: Second| {
+            if let (Some(pid), Some((ns, at))) = (pid, last_cpu) {
+                let now_ns = cpu::server_cpu_ns(pid);
+                let now = Instant::now();
+                second.server_cpu_percent = now_ns.map(|n| {
+                    n.saturating_sub(ns) as f64
+                        / 1e7
+                        / now.duration_since(at).as_secs_f64().max(1e-3)
+                });
+                last_cpu = now_ns.map(|n| (n, now));
+                cpu_percent.extend(second.server_cpu_percent);
+            }
+            on_second(&second);
+        };
         loop {
             if cpu_begin.is_none() && start.elapsed() >= plan.warmup {
                 cpu_begin = Some(CpuSample::take(pid));
@@ -175,6 +195,7 @@ pub fn run(
                                 span: 0.0,
                                 measuring: tick.measuring,
                                 stats: Stats::new(tick.stats.counts.by_command.len()),
+                                server_cpu_percent: None,
                             },
                         )
                     });
@@ -229,6 +250,9 @@ pub fn run(
         latency_us: Latency::of(&stats.latency),
         counts,
         preload,
-        cpu: cpu_begin.map(|b| b.report(&cpu_end, pid, stats.counts.replies)),
+        cpu: cpu_begin.map(|b| CpuReport {
+            server_cpu_percent_per_second: cpu_percent,
+            ..b.report(&cpu_end, pid, stats.counts.replies)
+        }),
     })
 }

@@ -146,9 +146,7 @@ impl Slo {
     pub fn met_by(&self, r: &RunReport) -> bool {
         let l = &r.latency_us;
         let within = |bound: Option<f64>, v: f64| bound.is_none_or(|b| v <= b);
-        let kept_up = r
-            .target_rate
-            .is_none_or(|rate| r.ops_per_sec >= 0.9 * rate);
+        let kept_up = r.target_rate.is_none_or(|rate| r.ops_per_sec >= 0.9 * rate);
         within(self.p99_us, l.p99)
             && within(self.p999_us, l.p999)
             && kept_up

@@ -83,8 +83,10 @@ fn open_loop_sends_at_the_target_rate() {
             ..workload(&format!("127.0.0.1:{}", mc.port))
         };
         let r = bench(&w);
-        let sent = r.requests + r.counts.unanswered;
-        let achieved = sent as f64 / r.seconds;
+        // Requests due in the 2 s window, all sent and answered: the rate the schedule kept (how
+        // late each went out is in the latencies; a busy CI machine may delay the last replies).
+        assert_eq!(r.counts.unanswered, 0);
+        let achieved = r.requests as f64 / 2.0;
         assert!(
             (achieved - 2_000.0).abs() <= 100.0,
             "{arrivals}, {threads} thread(s): sent {achieved:.0}/s for a target of 2000/s"
@@ -127,6 +129,8 @@ fn server_cpu_is_found_from_the_port() {
     let cpu = r.cpu.expect("cpu report");
     assert_eq!(cpu.server_pid, Some(mc.pid()));
     assert!(cpu.server_cpu_us_per_request.unwrap() > 0.0);
+    // 2,000 requests take under a second: one (partial) second was sampled.
+    assert!(!cpu.server_cpu_percent_per_second.is_empty());
     let all = &cpu.machine[0];
     assert_eq!(all.cpu, "cpu");
     let sum = all.usr + all.sys + all.irq + all.softirq + all.iowait + all.steal + all.idle;

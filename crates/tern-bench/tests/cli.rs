@@ -110,6 +110,7 @@ fn json_report_parses_with_the_documented_schema_and_hdr_log_is_written() {
     check_schema(&doc);
     assert_eq!(doc["requests"], 1500);
     assert_eq!(doc["cpu"]["server_pid"], mc.pid());
+    assert!(doc["cpu"]["server_cpu_percent_per_second"].is_array());
     // The human table goes to stderr when stdout carries JSON.
     assert!(String::from_utf8_lossy(&out.stderr).contains("throughput"));
 
