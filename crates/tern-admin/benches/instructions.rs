@@ -13,8 +13,8 @@ const OPS: [&str; 5] = ["baseline", "record", "count_batch", "hotkey", "request"
 fn run(op: &str, iterations: u64) {
     let metrics = WorkerMetrics::new();
     let hot = HotKeys::new(HotKeyConfig::default());
-    let mut sampler = hot.sampler();
-    let mut batch = LatencyBatch::new();
+    let sampler = hot.sampler();
+    let batch = LatencyBatch::new();
     let keys: Vec<Vec<u8>> = (0..1024)
         .map(|i| format!("key:{i:06}").into_bytes())
         .collect();

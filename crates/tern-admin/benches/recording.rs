@@ -8,7 +8,7 @@ use tern_admin::{Command, HotKeyConfig, HotKeys, LatencyBatch, Outcome, WorkerMe
 fn recording(c: &mut Criterion) {
     let metrics = WorkerMetrics::new();
     let hot = HotKeys::new(HotKeyConfig::default());
-    let mut sampler = hot.sampler();
+    let sampler = hot.sampler();
     let keys: Vec<Vec<u8>> = (0..1024)
         .map(|i| format!("key:{i:06}").into_bytes())
         .collect();
@@ -38,7 +38,7 @@ fn recording(c: &mut Criterion) {
         sample_every: 1,
         ..HotKeyConfig::default()
     });
-    let mut sample_all = every.sampler();
+    let sample_all = every.sampler();
     let mut j = 0usize;
     c.bench_function("hotkey_sampled_path_every_request", |b| {
         b.iter(|| {
@@ -68,8 +68,8 @@ fn recording(c: &mut Criterion) {
 fn recommended_path(c: &mut Criterion) {
     let metrics = WorkerMetrics::new();
     let hot = HotKeys::new(HotKeyConfig::default());
-    let mut sampler = hot.sampler();
-    let mut batch = LatencyBatch::new();
+    let sampler = hot.sampler();
+    let batch = LatencyBatch::new();
     let keys: Vec<Vec<u8>> = (0..1024)
         .map(|i| format!("key:{i:06}").into_bytes())
         .collect();

@@ -215,9 +215,8 @@ pub fn stats_json(s: &Snapshot) -> Value {
             "heap_bytes": seg.heap_bytes(),
             "live_bytes": seg.live_bytes,
             "dead_bytes": seg.dead_bytes,
-            "segments_evicted": seg.segments_evicted,
+            "merges": seg.merges,
             "segments_expired": seg.segments_expired,
-            "oldest_item_age": seg.oldest_item_age_seconds,
         },
     })
 }

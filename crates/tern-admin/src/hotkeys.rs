@@ -15,6 +15,7 @@
 //! keys are pooled and each is estimated in every worker's sketch, so a key spread over workers
 //! is summed, not split.
 
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -24,7 +25,8 @@ use std::time::{Duration, Instant};
 /// How hot keys are sampled and counted.
 #[derive(Debug, Clone)]
 pub struct HotKeyConfig {
-    /// Mean number of requests per sampled request (1 samples every request).
+    /// Mean number of requests per sampled request (1 samples every request, 0 none: hot keys
+    /// are then not tracked).
     pub sample_every: u32,
     /// Length of the sliding window.
     pub window: Duration,
@@ -210,7 +212,6 @@ impl HotKeys {
     pub fn new(config: HotKeyConfig) -> HotKeys {
         HotKeys {
             config: HotKeyConfig {
-                sample_every: config.sample_every.max(1),
                 capacity: config.capacity.max(1),
                 sketch_width: config.sketch_width.max(64),
                 ..config
@@ -235,12 +236,12 @@ impl HotKeys {
         let mut rng = fastrand::Rng::new();
         let every = self.config.sample_every;
         HotKeySampler {
-            countdown: next_countdown(&mut rng, every),
+            countdown: Cell::new(next_countdown(&mut rng, every)),
             every,
             capacity: self.config.capacity,
             window: self.config.window,
             hasher: self.hasher.clone(),
-            rng,
+            rng: RefCell::new(rng),
             sketch,
         }
     }
@@ -314,14 +315,17 @@ impl HotKeys {
 }
 
 /// A worker's handle: call [`HotKeySampler::record`] with each requested key.
+///
+/// Owned by one worker (its countdown is a cell, so it is not `Sync`): recording takes a shared
+/// reference, so the executor can record through the `&self` it already has.
 #[derive(Debug)]
 pub struct HotKeySampler {
-    countdown: u32,
+    countdown: Cell<u32>,
     every: u32,
     capacity: usize,
     window: Duration,
     hasher: RandomState,
-    rng: fastrand::Rng,
+    rng: RefCell<fastrand::Rng>,
     sketch: Arc<Mutex<WindowedSketch>>,
 }
 
@@ -329,17 +333,22 @@ impl HotKeySampler {
     /// Notes one request for `key` (each key of a multi-get counts). Costs a decrement and a
     /// branch unless this request is sampled.
     #[inline]
-    pub fn record(&mut self, key: &[u8]) {
-        if self.countdown > 1 {
-            self.countdown -= 1;
+    pub fn record(&self, key: &[u8]) {
+        let left = self.countdown.get();
+        if left > 1 {
+            self.countdown.set(left - 1);
         } else {
             self.sample(key, Instant::now());
         }
     }
 
     #[cold]
-    fn sample(&mut self, key: &[u8], now: Instant) {
-        self.countdown = next_countdown(&mut self.rng, self.every);
+    fn sample(&self, key: &[u8], now: Instant) {
+        self.countdown
+            .set(next_countdown(&mut self.rng.borrow_mut(), self.every));
+        if self.every == 0 {
+            return;
+        }
         let hash = self.hasher.hash_one(key);
         let mut s = lock(&self.sketch);
         s.rotate(now, self.window);
@@ -347,9 +356,12 @@ impl HotKeySampler {
     }
 }
 
-/// A countdown with mean `every`, uniform in 1..=2*every-1.
+/// A countdown with mean `every`, uniform in 1..=2*every-1; with sampling off (0), as long as
+/// possible, so the slow path runs once per 4 billion requests and only restarts it.
 fn next_countdown(rng: &mut fastrand::Rng, every: u32) -> u32 {
-    if every <= 1 {
+    if every == 0 {
+        u32::MAX
+    } else if every == 1 {
         1
     } else {
         rng.u32(1..2 * every)
@@ -418,7 +430,7 @@ mod tests {
             window: Duration::from_secs(3600),
             ..HotKeyConfig::default()
         });
-        let mut workers = [hot.sampler(), hot.sampler()];
+        let workers = [hot.sampler(), hot.sampler()];
         let zipf = Zipf::new(10_000, 1.0);
         let mut rng = fastrand::Rng::with_seed(7);
         let requests = 1_000_000;
@@ -451,7 +463,7 @@ mod tests {
             window,
             ..HotKeyConfig::default()
         });
-        let mut w = hot.sampler();
+        let w = hot.sampler();
         let t0 = w.sketch.lock().unwrap().current_start;
         for _ in 0..100 {
             w.sample(b"old", t0);
@@ -476,7 +488,7 @@ mod tests {
             window: Duration::from_secs(3600),
             ..HotKeyConfig::default()
         });
-        let mut w = hot.sampler();
+        let w = hot.sampler();
         for _ in 0..320_000 {
             w.record(b"k");
         }
@@ -487,6 +499,25 @@ mod tests {
             .current
             .estimate(hot.hasher.hash_one(b"k"));
         assert!((9_000..11_000).contains(&sampled), "sampled {sampled}");
+    }
+
+    #[test]
+    fn sample_rate_zero_tracks_nothing() {
+        let hot = HotKeys::new(HotKeyConfig {
+            sample_every: 0,
+            ..HotKeyConfig::default()
+        });
+        let w = hot.sampler();
+        for _ in 0..10_000 {
+            w.record(b"k");
+        }
+        // The slow path still runs once when the first countdown ends; it must not count.
+        w.countdown.set(1);
+        w.record(b"k");
+        assert_eq!(w.countdown.get(), u32::MAX);
+        let report = hot.top(5);
+        assert!(report.keys.is_empty());
+        assert_eq!(report.sample_every, 0);
     }
 
     #[test]

@@ -325,7 +325,7 @@ pub fn encode(s: &Snapshot) -> String {
     e.family(
         "tern_segment_item_bytes",
         "gauge",
-        "Bytes in used segments: live items, and dead ones (deleted or overwritten) not yet reclaimed.",
+        "Bytes in used segments: live items, and dead space (deleted or overwritten items not yet reclaimed, unwritten segment ends).",
     );
     e.sample(
         "tern_segment_item_bytes",
@@ -338,10 +338,10 @@ pub fn encode(s: &Snapshot) -> String {
         seg.dead_bytes,
     );
     e.single(
-        "tern_segments_evicted_total",
+        "tern_segment_merges_total",
         "counter",
-        "Segments evicted to make room, all their items dropped.",
-        seg.segments_evicted,
+        "Merge evictions: the oldest segments of a TTL group compacted into one, unread items evicted.",
+        seg.merges,
     );
     e.single(
         "tern_segments_expired_total",

@@ -17,14 +17,14 @@ pub struct SegmentStats {
     pub segments_free: u64,
     /// Bytes of items that can still be read (headers, keys, values).
     pub live_bytes: u64,
-    /// Bytes in used segments taken by deleted or overwritten items, not yet reclaimed.
+    /// Bytes in used segments not holding live items: deleted or overwritten items not yet
+    /// reclaimed, and the unwritten end of the segments items are being appended to.
     pub dead_bytes: u64,
-    /// Segments evicted (all their items dropped to make room) since start.
-    pub segments_evicted: u64,
+    /// Merge evictions since start: each compacts the oldest few segments of a TTL group into
+    /// one, keeping the items read since they were written and evicting the rest.
+    pub merges: u64,
     /// Segments freed because every item in them expired, since start.
     pub segments_expired: u64,
-    /// Seconds since the oldest live item was written (memcached's `items:N:age`).
-    pub oldest_item_age_seconds: u64,
 }
 
 impl SegmentStats {
@@ -54,6 +54,10 @@ pub struct StoreStats {
     pub evictions: u64,
     /// Expired items whose memory was taken back (memcached's `reclaimed`).
     pub reclaimed: u64,
+    /// Expired items taken back that were never read (memcached's `expired_unfetched`).
+    pub expired_unfetched: u64,
+    /// Evicted items that were never read (memcached's `evicted_unfetched`).
+    pub evicted_unfetched: u64,
     /// The segment layout.
     pub segments: SegmentStats,
 }
@@ -103,8 +107,10 @@ impl Snapshot {
         st.total_items = st.total_items.saturating_sub(bs.total_items);
         st.evictions = st.evictions.saturating_sub(bs.evictions);
         st.reclaimed = st.reclaimed.saturating_sub(bs.reclaimed);
+        st.expired_unfetched = st.expired_unfetched.saturating_sub(bs.expired_unfetched);
+        st.evicted_unfetched = st.evicted_unfetched.saturating_sub(bs.evicted_unfetched);
         let (sg, bg) = (&mut st.segments, &bs.segments);
-        sg.segments_evicted = sg.segments_evicted.saturating_sub(bg.segments_evicted);
+        sg.merges = sg.merges.saturating_sub(bg.merges);
         sg.segments_expired = sg.segments_expired.saturating_sub(bg.segments_expired);
         d
     }
@@ -114,7 +120,7 @@ impl Snapshot {
 /// with memcached's accounting (see the field docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemcachedCounters {
-    /// Keys looked up by get, gets, gat, gats and mg.
+    /// Keys looked up by get, gets and mg (memcached counts gat/gats in `cmd_touch` only).
     pub cmd_get: u64,
     /// Storage commands (set, add, replace, append, prepend, cas, ms), any result.
     pub cmd_set: u64,
@@ -177,7 +183,7 @@ impl MemcachedCounters {
                 + count(cmds, Outcome::Flushed)
         };
         MemcachedCounters {
-            cmd_get: total(&[Get, Gets, Gat, Gats, MetaGet]),
+            cmd_get: total(&[Get, Gets, MetaGet]),
             cmd_set: total(&[Set, Add, Replace, Append, Prepend, Cas, MetaSet]),
             cmd_flush: total(&[Flush]),
             cmd_touch: total(&touches),
@@ -280,6 +286,8 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("bytes", n(s.store.bytes)),
         ("curr_items", n(s.store.items)),
         ("total_items", n(s.store.total_items)),
+        ("expired_unfetched", n(s.store.expired_unfetched)),
+        ("evicted_unfetched", n(s.store.evicted_unfetched)),
         ("evictions", n(s.store.evictions)),
         ("reclaimed", n(s.store.reclaimed)),
     ]
@@ -305,7 +313,8 @@ mod tests {
         w.count(Command::Get, Outcome::Expired);
         w.count(Command::MetaGet, Outcome::Flushed);
         let m = MemcachedCounters::from_totals(&w.snapshot());
-        assert_eq!((m.cmd_get, m.get_hits, m.get_misses), (5, 1, 3));
+        // gat counts as a touch, not a get, as in memcached 1.6.18.
+        assert_eq!((m.cmd_get, m.get_hits, m.get_misses), (4, 1, 3));
         assert_eq!((m.get_expired, m.get_flushed), (1, 1));
         assert_eq!((m.cmd_touch, m.touch_hits), (1, 1));
         assert_eq!(m.cmd_set, 5);

@@ -56,12 +56,11 @@ pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
 /// when items exist, as memcached prints only classes holding items.
 ///
 /// tern has no HOT/WARM/COLD LRU, so the fields are exactly those memcached 1.6 prints with
-/// `lru_segmented no` (`-o no_modern`). `number` = items, `age` = age of the oldest live item,
-/// `mem_requested` = item bytes, `evicted`, `reclaimed` and `outofmemory` = the store's and
-/// commands' counts. tern tracks no per-item fetch flags, eviction times, tail repairs or LRU
-/// crawler, so `evicted_nonzero`, `evicted_time`, `tailrepairs`, `expired_unfetched`,
-/// `evicted_unfetched`, `crawler_reclaimed`, `crawler_items_checked` and `lrutail_reflocked`
-/// are 0.
+/// `lru_segmented no` (`-o no_modern`). `number` = items, `mem_requested` = item bytes,
+/// `evicted`, `reclaimed`, `outofmemory`, `expired_unfetched` and `evicted_unfetched` = the
+/// store's and commands' counts. The store reports no item ages, eviction times, tail repairs
+/// or LRU crawler, so `age`, `evicted_nonzero`, `evicted_time`, `tailrepairs`,
+/// `crawler_reclaimed`, `crawler_items_checked` and `lrutail_reflocked` are 0.
 pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
     let mut s = Stats::new();
     let store = &snap.store;
@@ -69,7 +68,7 @@ pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
         let m = MemcachedCounters::from_totals(&snap.totals());
         let fields: [(&str, u64); 14] = [
             ("number", store.items),
-            ("age", store.segments.oldest_item_age_seconds),
+            ("age", 0),
             ("mem_requested", store.bytes),
             ("evicted", store.evictions),
             ("evicted_nonzero", 0),
@@ -77,8 +76,8 @@ pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
             ("outofmemory", m.store_no_memory),
             ("tailrepairs", 0),
             ("reclaimed", store.reclaimed),
-            ("expired_unfetched", 0),
-            ("evicted_unfetched", 0),
+            ("expired_unfetched", store.expired_unfetched),
+            ("evicted_unfetched", store.evicted_unfetched),
             ("crawler_reclaimed", 0),
             ("crawler_items_checked", 0),
             ("lrutail_reflocked", 0),
@@ -138,9 +137,8 @@ pub fn render_stats_segments(seg: &SegmentStats) -> Vec<u8> {
         ("heap_bytes", seg.heap_bytes()),
         ("live_bytes", seg.live_bytes),
         ("dead_bytes", seg.dead_bytes),
-        ("segments_evicted", seg.segments_evicted),
+        ("merges", seg.merges),
         ("segments_expired", seg.segments_expired),
-        ("oldest_item_age", seg.oldest_item_age_seconds),
     ])
 }
 

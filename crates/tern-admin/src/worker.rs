@@ -3,6 +3,7 @@
 //! admin thread with relaxed atomic loads. Nothing shared is written per request and no lock is
 //! taken; the admin side merges the workers on read ([`crate::Snapshot::totals`]).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter with a single writer: the owning worker thread.
@@ -299,12 +300,14 @@ impl WorkerMetrics {
 /// brought it in to the write that sent its answer. For pipelined clients that is the time
 /// they wait for the answer.
 ///
-/// Owned by one worker; pairs with [`WorkerMetrics::count`] for the outcome counts.
+/// Owned by one worker (cells, not atomics: it is not `Sync`), so the executor can note
+/// requests through a shared reference; pairs with [`WorkerMetrics::count`] for the outcome
+/// counts.
 #[derive(Debug, Default)]
 pub struct LatencyBatch {
-    counts: [u32; Command::COUNT],
+    counts: [Cell<u32>; Command::COUNT],
     /// Bit `c` set when `counts[c] > 0`, so `finish` visits only the commands seen.
-    seen: u32,
+    seen: Cell<u32>,
 }
 
 // `seen` has a bit per command.
@@ -318,27 +321,34 @@ impl LatencyBatch {
 
     /// Notes one request of `command` in the current batch.
     #[inline]
-    pub fn add(&mut self, command: Command) {
+    pub fn add(&self, command: Command) {
         let c = command as usize;
-        self.counts[c] += 1;
-        self.seen |= 1 << c;
+        let count = &self.counts[c];
+        count.set(count.get() + 1);
+        self.seen.set(self.seen.get() | 1 << c);
+    }
+
+    /// True when no request was noted since the last [`LatencyBatch::finish`] (so the caller
+    /// can skip reading the clock).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.seen.get() == 0
     }
 
     /// Records `latency_nanos` for every request noted since the last call, into `metrics`,
     /// and empties the batch.
     #[inline]
-    pub fn finish(&mut self, metrics: &WorkerMetrics, latency_nanos: u64) {
+    pub fn finish(&self, metrics: &WorkerMetrics, latency_nanos: u64) {
         let bucket = latency_bucket(latency_nanos);
-        let mut seen = self.seen;
+        let mut seen = self.seen.replace(0);
         while seen != 0 {
             let c = seen.trailing_zeros() as usize;
             seen &= seen - 1;
-            let n = std::mem::take(&mut self.counts[c]) as u64;
+            let n = self.counts[c].replace(0) as u64;
             let cells = &metrics.latency[c];
             cells.buckets[bucket].add(n);
             cells.sum_nanos.add(latency_nanos.saturating_mul(n));
         }
-        self.seen = 0;
     }
 }
 
@@ -562,11 +572,14 @@ mod tests {
     #[test]
     fn batch_latency_goes_to_each_command_seen() {
         let m = WorkerMetrics::new();
-        let mut batch = LatencyBatch::new();
+        let batch = LatencyBatch::new();
+        assert!(batch.is_empty());
         batch.add(Command::Get);
         batch.add(Command::Get);
         batch.add(Command::Set);
+        assert!(!batch.is_empty());
         batch.finish(&m, 3_000);
+        assert!(batch.is_empty());
         batch.finish(&m, 1_000_000); // an empty batch records nothing
         batch.add(Command::Get);
         batch.finish(&m, 100);

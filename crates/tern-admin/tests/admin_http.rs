@@ -37,15 +37,16 @@ impl AdminSource for FakeServer {
                 limit_bytes: 64 << 20,
                 evictions: 2,
                 reclaimed: 1,
+                expired_unfetched: 1,
+                evicted_unfetched: 2,
                 segments: SegmentStats {
                     segment_bytes: 1 << 20,
                     segments_total: 8,
                     segments_free: 6,
                     live_bytes: 300,
                     dead_bytes: 100,
-                    segments_evicted: 1,
+                    merges: 1,
                     segments_expired: 4,
-                    oldest_item_age_seconds: 9,
                 },
             },
         }
@@ -97,7 +98,7 @@ fn fake_server() -> FakeServer {
         sample_every: 1,
         ..HotKeyConfig::default()
     });
-    let mut s = hot.sampler();
+    let s = hot.sampler();
     for _ in 0..5 {
         s.record(b"hot");
     }
