@@ -361,6 +361,40 @@ mod tests {
     }
 
     #[test]
+    fn each_vary_sets_its_parameter() {
+        let base = Workload::default();
+        let set = |vary: Vary, x: f64| {
+            let mut w = base.clone();
+            vary.apply(&mut w, x);
+            w
+        };
+        assert_eq!(set(Vary::Connections, 8.0).connections, 8);
+        assert_eq!(set(Vary::Threads, 2.0).threads, 2);
+        assert_eq!(set(Vary::Pipeline, 16.0).pipeline, 16);
+        assert_eq!(set(Vary::Rate, 1500.5).rate, Some(1500.5));
+        assert_eq!(set(Vary::ValueSize, 4096.0).value_size, "4096");
+        let multiget = set(Vary::Multiget, 16.0);
+        assert_eq!(
+            (multiget.multiget, multiget.mix.as_str()),
+            (16, "multiget:1")
+        );
+        let mut mixed = base.clone();
+        mixed.mix = "get:1,multiget:1".into();
+        Vary::Multiget.apply(&mut mixed, 4.0);
+        assert_eq!(
+            mixed.mix, "get:1,multiget:1",
+            "a mix with multigets is kept"
+        );
+    }
+
+    #[test]
+    fn slo_needs_a_bound_and_keeps_it_in_microseconds() {
+        assert!(Slo::new(None, None).is_err());
+        let slo = Slo::new(None, Some(Duration::from_millis(2))).unwrap();
+        assert_eq!(slo.p999_us, Some(2000.0));
+    }
+
+    #[test]
     fn median_of_even_and_odd() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
