@@ -1,1 +1,208 @@
-fn main() {}
+//! ns per get hit / miss and per set (32 B, 4 KiB), single-threaded, and gets/s and sets/s with
+//! 1 and 2 threads on uniform keys (the scaling figure), plus gets/s of one reader while another
+//! thread rewrites a single hot key.
+//!
+//! `cargo bench -p tern-store --bench store`. Multi-thread results are reported as elements
+//! (operations) per second over all threads, by wall time (`*_wall`) and by the busiest
+//! thread's CPU time (`*_cpu`, which a machine shared with other work does not distort).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use tern_store::{Clock, Config, Expiry, Store, StoreOp};
+
+const KEYS: u64 = 100_000;
+
+fn key(i: u64) -> [u8; 10] {
+    let mut k = *b"key:000000";
+    let mut n = i;
+    for b in k[4..].iter_mut().rev() {
+        *b = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    k
+}
+
+/// A store holding `KEYS` items. With `churned`, a 64 MB heap first takes 3 M sets, so set
+/// benchmarks run in the steady state of a heap that has cycled (segments emptied by
+/// overwrites go back to the pool) whichever of them runs first.
+fn filled(churned: bool) -> Arc<Store> {
+    let store = Store::new(
+        Config {
+            heap_bytes: if churned { 64 << 20 } else { 256 << 20 },
+            ..Config::default()
+        },
+        Arc::new(Clock::system()),
+    )
+    .unwrap();
+    for i in 0..KEYS {
+        store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &[b'v'; 32]);
+    }
+    if churned {
+        let mut rng = Rng(11);
+        for _ in 0..3_000_000 {
+            let k = key(rng.next() % KEYS);
+            store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &[b'w'; 32]);
+        }
+    }
+    Arc::new(store)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn single(c: &mut Criterion) {
+    let store = filled(false);
+    let churned = filled(true);
+    let mut g = c.benchmark_group("single");
+    let mut rng = Rng(7);
+    g.bench_function("get_hit", |b| {
+        b.iter(|| {
+            let k = key(rng.next() % KEYS);
+            black_box(store.get(&k, |it| it.value.len()))
+        })
+    });
+    g.bench_function("get_miss", |b| {
+        b.iter(|| {
+            let k = key(KEYS + rng.next() % KEYS);
+            black_box(store.get(&k, |it| it.value.len()))
+        })
+    });
+    for size in [32usize, 4096] {
+        let value = vec![b'x'; size];
+        g.bench_function(BenchmarkId::new("set", size), |b| {
+            b.iter(|| {
+                let k = key(rng.next() % KEYS);
+                black_box(churned.store(StoreOp::Set, &k, 0, Expiry::NEVER, &value))
+            })
+        });
+    }
+    g.finish();
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Which clock a multi-thread benchmark reports.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// Wall time: throughput, if the machine has a free core per thread.
+    Wall,
+    /// The largest CPU time any thread used: what the throughput would be with a core per
+    /// thread, unaffected by other processes taking the cores (this machine is shared), but
+    /// still paying for lock contention and cache lines moving between threads.
+    Cpu,
+}
+
+/// Runs `op` on `threads` threads, `iters` times each.
+fn parallel(threads: usize, iters: u64, timing: Timing, op: impl Fn(&mut Rng) + Sync) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    let (start, cpu) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || {
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1));
+                    barrier.wait();
+                    let cpu = thread_cpu();
+                    for _ in 0..iters {
+                        op(&mut rng);
+                    }
+                    thread_cpu() - cpu
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let cpu = workers.into_iter().map(|w| w.join().unwrap()).max();
+        (start, cpu.unwrap_or_default())
+    });
+    match timing {
+        Timing::Wall => start.elapsed(),
+        Timing::Cpu => cpu,
+    }
+}
+
+fn multi(c: &mut Criterion) {
+    let store = filled(false);
+    let churned = filled(true);
+    let mut g = c.benchmark_group("threads");
+    let value = [b'x'; 32];
+    for (name, timing) in [("wall", Timing::Wall), ("cpu", Timing::Cpu)] {
+        for threads in [1usize, 2] {
+            g.throughput(Throughput::Elements(threads as u64));
+            g.bench_function(BenchmarkId::new(format!("get_{name}"), threads), |b| {
+                b.iter_custom(|iters| {
+                    parallel(threads, iters, timing, |rng| {
+                        black_box(store.get(&key(rng.next() % KEYS), |it| it.value.len())).ok();
+                    })
+                })
+            });
+            g.bench_function(BenchmarkId::new(format!("set_{name}"), threads), |b| {
+                b.iter_custom(|iters| {
+                    parallel(threads, iters, timing, |rng| {
+                        black_box(churned.store(
+                            StoreOp::Set,
+                            &key(rng.next() % KEYS),
+                            0,
+                            Expiry::NEVER,
+                            &value,
+                        ));
+                    })
+                })
+            });
+        }
+    }
+    // One reader of uniform keys while a second thread rewrites one hot key without pause, in
+    // the reader's CPU time: compare with threads/get_cpu/1.
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("get_beside_hot_writer", |b| {
+        b.iter_custom(|iters| {
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        store.store(StoreOp::Set, b"hot", 0, Expiry::NEVER, &value);
+                    }
+                });
+                let mut rng = Rng(3);
+                let start = thread_cpu();
+                for _ in 0..iters {
+                    black_box(store.get(&key(rng.next() % KEYS), |it| it.value.len())).ok();
+                }
+                let took = thread_cpu() - start;
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = single, multi
+}
+criterion_main!(benches);

@@ -79,7 +79,8 @@ pub struct Config {
     /// Independent partitions, each with its own lock; rounded up to a power of two.
     pub shards: usize,
     /// Segment size in bytes, a power of two from 4 KiB to 1 MiB; 0 picks one so that each
-    /// shard gets about 16 segments (at most 1 MiB).
+    /// shard gets about 16 segments, at most 256 KiB (a merge eviction holds its shard's lock
+    /// while it compacts four segments, so smaller segments mean shorter pauses).
     pub segment_size: usize,
     /// Back the heap with huge pages (memcached's `-L`): MAP_HUGETLB when huge pages are
     /// reserved, else madvise(MADV_HUGEPAGE).
@@ -277,6 +278,7 @@ const MERGE_SEGMENTS: usize = 4;
 const OFFSET_BITS: u32 = 20;
 const MIN_SEGMENT: usize = 4 << 10;
 const MAX_SEGMENT: usize = 1 << OFFSET_BITS;
+const AUTO_MAX_SEGMENT: usize = 256 << 10;
 /// memcached's KEY_MAX_LENGTH.
 const MAX_KEY: usize = 250;
 /// An item this close to a segment's size goes to the large-item path, so a rewrite that adds
@@ -310,7 +312,10 @@ impl Loc {
 /// table can be shared; each is written by whoever owns the segment (its shard, under the
 /// shard's lock, or the pool, under its lock), and ownership changes through those locks, so
 /// relaxed loads see the owner's last writes.
+/// One cache line each: neighbouring segments usually belong to different shards, and a write
+/// to one segment's counters must not slow the other shard's readers (false sharing).
 #[derive(Default)]
+#[repr(align(64))]
 struct SegMeta {
     owner: AtomicU32,
     /// First segment of the run this one belongs to (itself for an ordinary segment).
@@ -501,7 +506,7 @@ impl Store {
                 } else {
                     1 << (usize::BITS - 1 - target.leading_zeros())
                 };
-                pow.clamp(MIN_SEGMENT, MAX_SEGMENT)
+                pow.clamp(MIN_SEGMENT, AUTO_MAX_SEGMENT)
             }
             size if size.is_power_of_two() && (MIN_SEGMENT..=MAX_SEGMENT).contains(&size) => size,
             size => {
@@ -1020,6 +1025,18 @@ impl Store {
             debug_assert_eq!(get32(&self.meta(seg).live), 0);
             self.drop_segment(sh, seg);
         }
+        // The merged segment goes to the young end (before the active tail), so the next merge
+        // takes the following segments and a kept item has a whole cycle to be read again, as
+        // segcache's merge cursor moving along the chain does.
+        let chain = &mut sh.chains[g];
+        chain.pop_front();
+        let young_end = if chain.back() == Some(&sh.active[g]) {
+            chain.len() - 1
+        } else {
+            chain.len()
+        };
+        chain.insert(young_end, dest);
+        meta.order.store(self.next_epoch(), Relaxed);
         sh.counters.merges += 1;
         true
     }
