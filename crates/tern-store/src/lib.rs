@@ -441,6 +441,9 @@ struct Shard {
     scratch: Vec<u8>,
     /// Segments this shard has emptied, to hand back to the pool (or keep one).
     freed: Vec<u32>,
+    /// Bumped whenever items leave the index other than by `unlink` of a known item (eviction,
+    /// reclaim, merge, flush): a `Found` taken before is still exact while this is unchanged.
+    churn: u64,
     rng: u64,
 }
 
@@ -544,6 +547,7 @@ impl Store {
                     counters: Counters::default(),
                     scratch: Vec::new(),
                     freed: Vec::new(),
+                    churn: 0,
                     rng: hasher.hash_one(id) | 1,
                 }))
             })
@@ -711,6 +715,7 @@ impl Store {
             sh.active[g] = NO_SEGMENT;
         }
         sh.index.clear();
+        sh.churn += 1;
         let c = &mut sh.counters;
         (c.curr_items, c.bytes, c.item_bytes) = (0, 0, 0);
         self.release(sh, false);
@@ -901,6 +906,7 @@ impl Store {
     /// Unlinks every live item of a segment (or run) and frees it. Whole items only: an item
     /// never spans segments except inside a run, which goes as one.
     fn evict_segment(&self, sh: &mut Shard, head: u32, now: UnixSecs) {
+        sh.churn += 1;
         let end = get32(&self.meta(head).write_off) as usize;
         let mut off = 0;
         while off < end {
@@ -948,6 +954,7 @@ impl Store {
             self.evict_segment(sh, sh.chains[g][0], now);
             return true;
         }
+        sh.churn += 1;
         let dest = segs[0];
         let dest_created = get32(&self.meta(dest).created);
         let (mut write, mut live, mut max_expiry) = (0usize, 0u32, 0u32);
@@ -1061,9 +1068,23 @@ impl Store {
         reclaimed
     }
 
-    /// Adds a freshly written item to the index, replacing the key's older version.
-    fn link(&self, sh: &mut Shard, key: &[u8], tag: u32, loc: Loc, hdr: Header) {
-        if let Some(old) = self.lookup(sh, key, tag) {
+    /// Adds a freshly written item to the index, replacing the key's older version. `known`
+    /// is the older version as looked up while `sh.churn` had the given value; it saves a
+    /// second lookup when nothing was evicted in between.
+    fn link(
+        &self,
+        sh: &mut Shard,
+        key: &[u8],
+        tag: u32,
+        loc: Loc,
+        hdr: Header,
+        known: Option<(Option<Found>, u64)>,
+    ) {
+        let old = match known {
+            Some((old, churn)) if churn == sh.churn => old,
+            _ => self.lookup(sh, key, tag),
+        };
+        if let Some(old) = old {
             self.unlink(sh, old, Cause::Gone, true);
         }
         sh.index.insert(tag, loc.pack());
@@ -1086,19 +1107,21 @@ impl Store {
     }
 
     /// Writes a new version of `key` into its TTL group's segment; `None` when no room can be
-    /// made. The older version, if any, is replaced.
+    /// made. The older version, if any, is replaced (`old`: what the caller found just now).
     #[allow(clippy::too_many_arguments)]
     fn put_small(
         &self,
         sh: &mut Shard,
         key: &[u8],
         tag: u32,
+        old: Option<Found>,
         flags: u32,
         expiry: u32,
         parts: [&[u8]; 2],
         keep_bits: u8,
         now: UnixSecs,
     ) -> Option<Loc> {
+        let churn = sh.churn;
         let value_len = parts[0].len() + parts[1].len();
         let size = item::item_size(key.len(), value_len, flags, expiry != 0);
         debug_assert!(self.fits_segment(size));
@@ -1121,7 +1144,7 @@ impl Store {
             );
             item::parse(item)
         };
-        self.link(sh, key, tag, loc, hdr);
+        self.link(sh, key, tag, loc, hdr, Some((old, churn)));
         Some(loc)
     }
 
@@ -1380,7 +1403,17 @@ impl Store {
             scratch.extend_from_slice(&item[h.value_range()]);
         }
         let keep = h.bits & (item::FETCHED | item::STALE | item::WIN_SENT | item::REFERENCED);
-        let written = self.put_small(sh, key, tag, h.flags, expiry, [&scratch, &[]], keep, now);
+        let written = self.put_small(
+            sh,
+            key,
+            tag,
+            Some(found),
+            h.flags,
+            expiry,
+            [&scratch, &[]],
+            keep,
+            now,
+        );
         sh.scratch = scratch;
         // With eviction off and the heap full the item cannot move; it is reported missing
         // rather than served with the wrong deadline.
@@ -1442,7 +1475,7 @@ impl Store {
                 return self.fail(sh, op, key, tag, run, StoreOutcome::TooLarge);
             }
             if self.fits_segment(item::item_size(key.len(), value_len, flags, expiry != 0)) {
-                let written = self.put_small(sh, key, tag, flags, expiry, parts, 0, now);
+                let written = self.put_small(sh, key, tag, found, flags, expiry, parts, 0, now);
                 sh.scratch = scratch;
                 return match written {
                     Some(loc) => self.give_up(
@@ -1471,7 +1504,7 @@ impl Store {
                     // SAFETY: the run now belongs to this locked shard; the slice is temporary.
                     let hdr = item::parse(unsafe { self.segment(start) });
                     let loc = Loc { seg: start, off: 0 };
-                    self.link(sh, key, tag, loc, hdr);
+                    self.link(sh, key, tag, loc, hdr, None);
                     return StoreOutcome::Stored {
                         cas: self.cas_of(loc),
                     };
@@ -1593,7 +1626,17 @@ impl Store {
             scratch.resize(h.value_len, b' ');
         }
         let keep = h.bits & (item::FETCHED | item::REFERENCED);
-        let written = self.put_small(sh, key, tag, h.flags, h.expiry, [&scratch, &[]], keep, now);
+        let written = self.put_small(
+            sh,
+            key,
+            tag,
+            Some(found),
+            h.flags,
+            h.expiry,
+            [&scratch, &[]],
+            keep,
+            now,
+        );
         sh.scratch = scratch;
         written.map(|_| next).ok_or(ArithError::OutOfMemory)
     }
