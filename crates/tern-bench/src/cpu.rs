@@ -39,6 +39,8 @@ pub struct CpuReport {
     pub server_cpu_percent_per_second: Vec<f64>,
     /// The whole machine (`cpu`) then each CPU (`cpu0`, ...).
     pub machine: Vec<Split>,
+    /// The same split for each second of the run, warm-up included.
+    pub machine_per_second: Vec<Vec<Split>>,
 }
 
 /// The server's total CPU time in nanoseconds, summed over its threads.
@@ -116,6 +118,7 @@ impl CpuSample {
                 .map(|ns| ns as f64 / 1e3 / requests as f64),
             server_cpu_percent_per_second: Vec::new(),
             machine,
+            machine_per_second: Vec::new(),
         }
     }
 }

@@ -161,13 +161,18 @@ pub fn run(
     let start = Instant::now();
     let mut cpu_begin = None;
     let mut cpu_percent = Vec::new();
+    let mut machine_per_second = Vec::new();
     let stats = spawn_all(&plan, ring.as_ref(), jobs, start, Some(tx), || {
         let mut pending: HashMap<u64, (usize, Second)> = HashMap::new();
         // Server CPU sampled as each second is emitted: through the run, not only at its ends.
         let mut last_cpu = pid
             .and_then(cpu::server_cpu_ns)
             .map(|ns| (ns, Instant::now()));
+        let mut last_machine = CpuSample::take(None);
         let mut emit = |mut second: Second| {
+            let machine = CpuSample::take(None);
+            machine_per_second.push(last_machine.report(&machine, None, 0).machine);
+            last_machine = machine;
             if let (Some(pid), Some((ns, at))) = (pid, last_cpu) {
                 let now_ns = cpu::server_cpu_ns(pid);
                 let now = Instant::now();
@@ -252,6 +257,7 @@ pub fn run(
         preload,
         cpu: cpu_begin.map(|b| CpuReport {
             server_cpu_percent_per_second: cpu_percent,
+            machine_per_second,
             ..b.report(&cpu_end, pid, stats.counts.replies)
         }),
     })

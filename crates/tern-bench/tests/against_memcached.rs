@@ -131,6 +131,11 @@ fn server_cpu_is_found_from_the_port() {
     assert!(cpu.server_cpu_us_per_request.unwrap() > 0.0);
     // 2,000 requests take under a second: one (partial) second was sampled.
     assert!(!cpu.server_cpu_percent_per_second.is_empty());
+    assert_eq!(
+        cpu.machine_per_second.len(),
+        cpu.server_cpu_percent_per_second.len()
+    );
+    assert_eq!(cpu.machine_per_second[0][0].cpu, "cpu");
     let all = &cpu.machine[0];
     assert_eq!(all.cpu, "cpu");
     let sum = all.usr + all.sys + all.irq + all.softirq + all.iowait + all.steal + all.idle;

@@ -111,6 +111,7 @@ fn json_report_parses_with_the_documented_schema_and_hdr_log_is_written() {
     assert_eq!(doc["requests"], 1500);
     assert_eq!(doc["cpu"]["server_pid"], mc.pid());
     assert!(doc["cpu"]["server_cpu_percent_per_second"].is_array());
+    assert!(doc["cpu"]["machine_per_second"][0][0]["idle"].is_f64());
     // The human table goes to stderr when stdout carries JSON.
     assert!(String::from_utf8_lossy(&out.stderr).contains("throughput"));
 
