@@ -353,6 +353,12 @@ fn tokens(s: &[u8]) -> impl Iterator<Item = &[u8]> {
     s.split(|&b| b == b' ').filter(|t| !t.is_empty())
 }
 
+/// Whether `rest` holds more than `limit` tokens. Counting costs a pass over the line, so it
+/// is done only when the line is long enough to hold that many (one byte and a space each).
+fn more_tokens_than(rest: &[u8], limit: usize) -> bool {
+    rest.len() > 2 * limit && tokens(rest).nth(limit).is_some()
+}
+
 /// Splits off the first token, returning it and the rest of the line.
 fn next_token(s: &[u8]) -> Option<(&[u8], &[u8])> {
     let start = s.iter().position(|&b| b != b' ')?;
@@ -433,14 +439,14 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
         };
         rest = after;
         // memcached's checks: the flag count first, then the length (as an i32).
-        if tokens(rest).count() > 16 {
+        if more_tokens_than(rest, 16) {
             return Err(ParseError::new(ErrorReply::OptionsTooLong));
         }
         data_len = match strtol(len_token) {
             Some(n) if (0..=i32::MAX - 2).contains(&n) => n as usize,
             _ => return Err(ParseError::new(ErrorReply::BadFormat)),
         };
-    } else if tokens(rest).count() > 17 {
+    } else if more_tokens_than(rest, 17) {
         let reply = if command == Command::Get {
             ErrorReply::GetOptionsTooLong
         } else {
@@ -453,14 +459,20 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
         _ => 0,
     };
     let fail = |reply| ParseError { reply, swallow };
-    let (key, flags, mode) = parse_flags(key_token, rest).map_err(|reply| {
+    let mut req = Request {
+        command,
+        key: Key::text(key_token),
+        flags: Flags::default(),
+        flag_tokens: rest,
+    };
+    let mode = parse_flags(&mut req.key, &mut req.flags, rest).map_err(|reply| {
         // md and ma collapse every flag error into one message.
         fail(match command {
             Command::Delete | Command::Arithmetic { .. } => ErrorReply::InvalidOrDuplicateFlag,
             _ => reply,
         })
     })?;
-    let command = match command {
+    req.command = match command {
         Command::Set { .. } => Command::Set {
             data_len,
             mode: match mode {
@@ -481,31 +493,30 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
         },
         other => other,
     };
-    if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_LEN) {
+    if req
+        .flags
+        .opaque
+        .is_some_and(|o| o.len() + 1 > MAX_OPAQUE_LEN)
+    {
         return Err(fail(ErrorReply::OpaqueTooLong));
     }
-    Ok(Request {
-        command,
-        key,
-        flags,
-        flag_tokens: rest,
-    })
+    Ok(req)
 }
 
 fn parse_debug<'a>(key_token: &'a [u8], rest: &'a [u8]) -> Result<Request<'a>, ParseError> {
-    let mut key = Key::text(key_token);
-    if let Some((b"b", _)) = next_token(rest) {
-        key = decode_key(key_token).ok_or(ParseError::new(ErrorReply::BadFormat))?;
-    }
-    Ok(Request {
+    let mut req = Request {
         command: Command::Debug,
-        key,
-        flags: Flags {
-            base64_key: key.binary,
-            ..Flags::default()
-        },
+        key: Key::text(key_token),
+        flags: Flags::default(),
         flag_tokens: b"",
-    })
+    };
+    if let Some((b"b", _)) = next_token(rest) {
+        if !decode_key(&mut req.key) {
+            return Err(ParseError::new(ErrorReply::BadFormat));
+        }
+        req.flags.base64_key = true;
+    }
+    Ok(req)
 }
 
 /// memcached's base64 decoder wants padding but ignores the unused low bits of the last
@@ -515,30 +526,35 @@ const KEY_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpos
     base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
 );
 
-fn decode_key(token: &[u8]) -> Option<Key<'_>> {
-    let mut key = Key::text(token);
-    let n = KEY_BASE64
-        .decode_slice(token, &mut key.decoded)
-        .ok()
-        .filter(|&n| n > 0)?;
-    key.decoded_len = n as u8;
-    key.binary = true;
-    Some(key)
+/// Decodes the key token in place; false when it is not base64 (or decodes to nothing).
+fn decode_key(key: &mut Key<'_>) -> bool {
+    match KEY_BASE64.decode_slice(key.token, &mut key.decoded) {
+        Ok(n) if n > 0 => {
+            key.decoded_len = n as u8;
+            key.binary = true;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// memcached's `_meta_flag_preparse`: the first byte of each token is the flag. A repeated or
 /// unknown flag stops at once; a bad value is remembered and parsing goes on, the last bad
-/// value's message winning (and `F`'s keeping whatever message was there).
+/// value's message winning (and `F`'s keeping whatever message was there). Fills `key` and
+/// `flags` in place (a request is a few hundred bytes: moving it costs) and returns the `M`
+/// mode byte.
 fn parse_flags<'a>(
-    key_token: &'a [u8],
+    key: &mut Key<'a>,
+    flags: &mut Flags<'a>,
     rest: &'a [u8],
-) -> Result<(Key<'a>, Flags<'a>, Option<u8>), ErrorReply> {
-    let mut flags = Flags::default();
-    let mut key = Key::text(key_token);
+) -> Result<Option<u8>, ErrorReply> {
     let mut mode = None;
-    let mut seen = [false; 128];
+    // Flags 64..=126 seen so far. A byte below 64 is never a flag, and memcached stops at the
+    // first invalid flag, so it cannot be seen twice.
+    let mut seen = 0u64;
     let mut failed = false;
     let mut message = ErrorReply::BadFormat;
+    // `None`: fail without a message of its own, as memcached's `F`.
     let mut bad = |reply: Option<ErrorReply>| {
         failed = true;
         if let Some(reply) = reply {
@@ -547,26 +563,34 @@ fn parse_flags<'a>(
     };
     for token in tokens(rest) {
         let flag = token[0];
-        if flag >= 127 || seen[flag as usize] {
+        if flag >= 127 {
             return Err(ErrorReply::DuplicateFlag);
         }
-        seen[flag as usize] = true;
-        let arg = &token[1..];
-        let ttl = |bad: &mut dyn FnMut(Option<ErrorReply>)| {
-            let t = strtol(arg);
-            if t.is_none() {
-                bad(Some(ErrorReply::BadToken));
+        if flag >= 64 {
+            let bit = 1u64 << (flag - 64);
+            if seen & bit != 0 {
+                return Err(ErrorReply::DuplicateFlag);
             }
-            t
-        };
+            seen |= bit;
+        }
+        let arg = &token[1..];
         match flag {
-            b'b' => match decode_key(key_token) {
-                Some(decoded) => key = decoded,
-                None => bad(Some(ErrorReply::KeyDecode)),
-            },
-            b'N' => flags.vivify_ttl = ttl(&mut bad),
-            b'T' => flags.ttl = ttl(&mut bad),
-            b'R' => flags.recache_ttl = ttl(&mut bad),
+            b'b' => {
+                if !decode_key(key) {
+                    bad(Some(ErrorReply::KeyDecode));
+                }
+            }
+            b'N' | b'T' | b'R' => {
+                let ttl = strtol(arg);
+                if ttl.is_none() {
+                    bad(Some(ErrorReply::BadToken));
+                }
+                match flag {
+                    b'N' => flags.vivify_ttl = ttl,
+                    b'T' => flags.ttl = ttl,
+                    _ => flags.recache_ttl = ttl,
+                }
+            }
             b'c' => flags.return_cas = true,
             b'f' => flags.return_client_flags = true,
             b'h' => flags.return_hit = true,
@@ -613,7 +637,7 @@ fn parse_flags<'a>(
     if failed {
         Err(message)
     } else {
-        Ok((key, flags, mode))
+        Ok(mode)
     }
 }
 
