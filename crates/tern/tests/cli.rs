@@ -11,7 +11,10 @@ fn help_lists_every_subcommand() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for sub in ["serve", "bench", "tune"] {
-        assert!(text.contains(sub), "`tern --help` does not list {sub}:\n{text}");
+        assert!(
+            text.contains(sub),
+            "`tern --help` does not list {sub}:\n{text}"
+        );
     }
 }
 
