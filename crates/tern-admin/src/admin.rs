@@ -3,7 +3,7 @@
 //! request, so nothing is computed unless someone scrapes.
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -41,7 +41,16 @@ impl AdminServer {
         addr: impl ToSocketAddrs,
         source: Arc<dyn AdminSource>,
     ) -> io::Result<AdminServer> {
-        let server = Arc::new(Server::http(addr).map_err(io::Error::other)?);
+        AdminServer::from_listener(TcpListener::bind(addr)?, source)
+    }
+
+    /// Serves on a socket bound earlier (the server binds before it daemonizes, so a port in use
+    /// is reported on the terminal, and starts this thread after the fork).
+    pub fn from_listener(
+        listener: TcpListener,
+        source: Arc<dyn AdminSource>,
+    ) -> io::Result<AdminServer> {
+        let server = Arc::new(Server::from_listener(listener, None).map_err(io::Error::other)?);
         let addr = server
             .server_addr()
             .to_ip()

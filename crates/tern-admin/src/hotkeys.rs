@@ -15,10 +15,10 @@
 //! keys are pooled and each is estimated in every worker's sketch, so a key spread over workers
 //! is summed, not split.
 
-use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -236,12 +236,12 @@ impl HotKeys {
         let mut rng = fastrand::Rng::new();
         let every = self.config.sample_every;
         HotKeySampler {
-            countdown: Cell::new(next_countdown(&mut rng, every)),
+            countdown: AtomicU32::new(next_countdown(&mut rng, every)),
             every,
             capacity: self.config.capacity,
             window: self.config.window,
             hasher: self.hasher.clone(),
-            rng: RefCell::new(rng),
+            seed: AtomicU64::new(rng.get_seed()),
             sketch,
         }
     }
@@ -316,16 +316,18 @@ impl HotKeys {
 
 /// A worker's handle: call [`HotKeySampler::record`] with each requested key.
 ///
-/// Owned by one worker (its countdown is a cell, so it is not `Sync`): recording takes a shared
-/// reference, so the executor can record through the `&self` it already has.
+/// Owned by one worker, the only thread that records into it: the countdown and the random
+/// state are written with a relaxed load + store (no `lock` prefix), so recording takes a
+/// shared reference and the sampler can sit beside the worker's other state.
 #[derive(Debug)]
 pub struct HotKeySampler {
-    countdown: Cell<u32>,
+    countdown: AtomicU32,
     every: u32,
     capacity: usize,
     window: Duration,
     hasher: RandomState,
-    rng: RefCell<fastrand::Rng>,
+    /// The random generator's state between samples.
+    seed: AtomicU64,
     sketch: Arc<Mutex<WindowedSketch>>,
 }
 
@@ -334,9 +336,9 @@ impl HotKeySampler {
     /// branch unless this request is sampled.
     #[inline]
     pub fn record(&self, key: &[u8]) {
-        let left = self.countdown.get();
+        let left = self.countdown.load(Ordering::Relaxed);
         if left > 1 {
-            self.countdown.set(left - 1);
+            self.countdown.store(left - 1, Ordering::Relaxed);
         } else {
             self.sample(key, Instant::now());
         }
@@ -344,8 +346,10 @@ impl HotKeySampler {
 
     #[cold]
     fn sample(&self, key: &[u8], now: Instant) {
-        self.countdown
-            .set(next_countdown(&mut self.rng.borrow_mut(), self.every));
+        let mut rng = fastrand::Rng::with_seed(self.seed.load(Ordering::Relaxed));
+        let countdown = next_countdown(&mut rng, self.every);
+        self.countdown.store(countdown, Ordering::Relaxed);
+        self.seed.store(rng.get_seed(), Ordering::Relaxed);
         if self.every == 0 {
             return;
         }
@@ -512,9 +516,9 @@ mod tests {
             w.record(b"k");
         }
         // The slow path still runs once when the first countdown ends; it must not count.
-        w.countdown.set(1);
+        w.countdown.store(1, Ordering::Relaxed);
         w.record(b"k");
-        assert_eq!(w.countdown.get(), u32::MAX);
+        assert_eq!(w.countdown.load(Ordering::Relaxed), u32::MAX);
         let report = hot.top(5);
         assert!(report.keys.is_empty());
         assert_eq!(report.sample_every, 0);

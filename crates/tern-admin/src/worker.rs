@@ -3,8 +3,7 @@
 //! admin thread with relaxed atomic loads. Nothing shared is written per request and no lock is
 //! taken; the admin side merges the workers on read ([`crate::Snapshot::totals`]).
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A counter with a single writer: the owning worker thread.
 ///
@@ -300,14 +299,14 @@ impl WorkerMetrics {
 /// brought it in to the write that sent its answer. For pipelined clients that is the time
 /// they wait for the answer.
 ///
-/// Owned by one worker (cells, not atomics: it is not `Sync`), so the executor can note
-/// requests through a shared reference; pairs with [`WorkerMetrics::count`] for the outcome
-/// counts.
+/// Owned by one worker, which alone writes it (relaxed load + store, like [`OwnedCounter`]: no
+/// `lock` prefix), so it can live beside the worker's other state and be written through a
+/// shared reference; pairs with [`WorkerMetrics::count`] for the outcome counts.
 #[derive(Debug, Default)]
 pub struct LatencyBatch {
-    counts: [Cell<u32>; Command::COUNT],
+    counts: [AtomicU32; Command::COUNT],
     /// Bit `c` set when `counts[c] > 0`, so `finish` visits only the commands seen.
-    seen: Cell<u32>,
+    seen: AtomicU32,
 }
 
 // `seen` has a bit per command.
@@ -324,15 +323,16 @@ impl LatencyBatch {
     pub fn add(&self, command: Command) {
         let c = command as usize;
         let count = &self.counts[c];
-        count.set(count.get() + 1);
-        self.seen.set(self.seen.get() | 1 << c);
+        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let seen = self.seen.load(Ordering::Relaxed);
+        self.seen.store(seen | 1 << c, Ordering::Relaxed);
     }
 
     /// True when no request was noted since the last [`LatencyBatch::finish`] (so the caller
     /// can skip reading the clock).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.seen.get() == 0
+        self.seen.load(Ordering::Relaxed) == 0
     }
 
     /// Records `latency_nanos` for every request noted since the last call, into `metrics`,
@@ -340,11 +340,13 @@ impl LatencyBatch {
     #[inline]
     pub fn finish(&self, metrics: &WorkerMetrics, latency_nanos: u64) {
         let bucket = latency_bucket(latency_nanos);
-        let mut seen = self.seen.replace(0);
+        let mut seen = self.seen.load(Ordering::Relaxed);
+        self.seen.store(0, Ordering::Relaxed);
         while seen != 0 {
             let c = seen.trailing_zeros() as usize;
             seen &= seen - 1;
-            let n = self.counts[c].replace(0) as u64;
+            let n = self.counts[c].load(Ordering::Relaxed) as u64;
+            self.counts[c].store(0, Ordering::Relaxed);
             let cells = &metrics.latency[c];
             cells.buckets[bucket].add(n);
             cells.sum_nanos.add(latency_nanos.saturating_mul(n));

@@ -20,7 +20,8 @@ pub struct ServeArgs {
     /// TOML file with any of the options below (keys: port, listen, udp_port, unix_socket,
     /// unix_mask, memory_limit, threads, conn_limit, max_reqs_per_event, listen_backlog,
     /// max_item_size, disable_evictions, disable_cas, lock_memory, enable_largepages,
-    /// enable_shutdown, disable_flush_all, verbose, daemon, user, pidfile).
+    /// enable_shutdown, disable_flush_all, verbose, daemon, user, pidfile, admin_port,
+    /// hotkey_sample_rate, hotkey_window).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// TCP port to listen on [default: 11211].
@@ -91,6 +92,17 @@ pub struct ServeArgs {
     /// Write the process id to this file (removed at exit).
     #[arg(short = 'P', long, value_name = "FILE")]
     pub pidfile: Option<PathBuf>,
+    /// Serve the admin HTTP endpoint (/metrics, /stats, /health, /version, /settings,
+    /// /hotkeys) on this TCP port, bound to the first listen address [default: off].
+    #[arg(long, value_name = "PORT")]
+    pub admin_port: Option<u16>,
+    /// Hot keys: sample about one request in N into the hot-key sketch; 0 turns hot-key
+    /// tracking off [default: 64].
+    #[arg(long, value_name = "N")]
+    pub hotkey_sample_rate: Option<u32>,
+    /// Hot keys: the sliding window request rates are measured over, in seconds [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub hotkey_window: Option<u64>,
     /// Print the version and exit.
     #[arg(short = 'V', long)]
     pub version: bool,
@@ -121,6 +133,9 @@ struct FileConfig {
     daemon: Option<bool>,
     user: Option<String>,
     pidfile: Option<PathBuf>,
+    admin_port: Option<u16>,
+    hotkey_sample_rate: Option<u32>,
+    hotkey_window: Option<u64>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -161,6 +176,12 @@ pub struct Settings {
     pub daemon: bool,
     pub user: Option<String>,
     pub pidfile: Option<PathBuf>,
+    /// The admin HTTP endpoint's port; `None`: no endpoint.
+    pub admin_port: Option<u16>,
+    /// Mean requests per hot-key sample; 0: hot keys not tracked.
+    pub hotkey_sample_rate: u32,
+    /// The hot-key window in seconds.
+    pub hotkey_window_secs: u64,
 }
 
 impl Default for Settings {
@@ -188,6 +209,9 @@ impl Default for Settings {
             daemon: false,
             user: None,
             pidfile: None,
+            admin_port: None,
+            hotkey_sample_rate: 64,
+            hotkey_window_secs: 10,
         }
     }
 }
@@ -221,8 +245,12 @@ impl Settings {
             disable_evictions => disable_evictions, disable_cas => disable_cas,
             lock_memory => lock_memory, enable_largepages => enable_largepages,
             enable_shutdown => enable_shutdown, disable_flush_all => disable_flush_all,
-            verbose => verbose, daemon => daemon,
+            verbose => verbose, daemon => daemon, hotkey_sample_rate => hotkey_sample_rate,
+            hotkey_window => hotkey_window_secs,
         );
+        if f.admin_port.is_some() {
+            self.admin_port = f.admin_port;
+        }
         if let Some(listen) = f.listen {
             self.listen = match listen {
                 OneOrMany::One(s) => split_list(&s),
@@ -260,7 +288,11 @@ impl Settings {
             port => port, udp_port => udp_port, memory_limit => memory_limit_mb,
             threads => threads, conn_limit => conn_limit,
             max_reqs_per_event => max_reqs_per_event, listen_backlog => listen_backlog,
+            hotkey_sample_rate => hotkey_sample_rate, hotkey_window => hotkey_window_secs,
         );
+        if a.admin_port.is_some() {
+            self.admin_port = a.admin_port;
+        }
         if !a.listen.is_empty() {
             self.listen = a.listen.iter().flat_map(|s| split_list(s)).collect();
         }
@@ -314,6 +346,9 @@ impl Settings {
         }
         if self.max_item_size > 1 << 30 {
             bail!("-I: the item size limit cannot be more than 1 GB");
+        }
+        if self.hotkey_window_secs == 0 {
+            bail!("--hotkey-window: the window must be at least 1 second");
         }
         if self.udp_port != 0 {
             bail!(
@@ -434,6 +469,7 @@ mod tests {
         assert_eq!(s, Settings::default());
         assert_eq!((s.port, s.threads, s.conn_limit), (11211, 4, 1024));
         assert_eq!((s.max_reqs_per_event, s.max_item_size), (20, 1 << 20));
+        assert_eq!((s.admin_port, s.hotkey_sample_rate), (None, 64));
     }
 
     #[test]
@@ -486,6 +522,7 @@ mod tests {
         assert!(settings(&["-U", "11211"]).is_err());
         assert!(settings(&["--frobnicate"]).is_err());
         assert!(settings(&["-a", "999"]).is_err());
+        assert!(settings(&["--hotkey-window", "0"]).is_err());
     }
 
     #[test]
@@ -504,16 +541,19 @@ mod tests {
         std::fs::write(
             &path,
             "port = 2000\nthreads = 3\nlisten = [\"127.0.0.1\"]\nmax_item_size = \"2m\"\n\
-             disable_cas = true\nverbose = 1\n",
+             disable_cas = true\nverbose = 1\nadmin_port = 9150\nhotkey_sample_rate = 0\n",
         )
         .unwrap();
         let from_file = load_file(&path).unwrap();
         assert_eq!((from_file.port, from_file.threads), (2000, 3));
         assert_eq!(from_file.max_item_size, 2 << 20);
         assert!(from_file.disable_cas);
+        assert_eq!(from_file.admin_port, Some(9150));
+        assert_eq!(from_file.hotkey_sample_rate, 0);
         let p = path.to_str().unwrap();
-        let both = settings(&["--config", p, "-p", "3000"]).unwrap();
+        let both = settings(&["--config", p, "-p", "3000", "--admin-port", "9151"]).unwrap();
         assert_eq!((both.port, both.threads), (3000, 3));
+        assert_eq!((both.admin_port, both.hotkey_sample_rate), (Some(9151), 0));
         std::fs::write(&path, "prot = 1\n").unwrap();
         let err = load_file(&path).unwrap_err();
         assert!(format!("{err:#}").contains("prot"), "{err:#}");

@@ -4,6 +4,9 @@
 
 use std::io::{self, Read, Write};
 
+use std::time::Instant;
+
+use tern_admin::{Command as Op, Outcome};
 use tern_proto::ascii::{self, Command, Frame};
 
 use crate::exec::{After, Executor};
@@ -114,13 +117,20 @@ impl Conn {
                 Err(_) => return Drive::Close,
             }
         }
-        let yielded = match self.serve(exec, limits) {
-            Some(yielded) => yielded,
-            None => return Drive::Close,
-        };
-        if self.flush(exec).is_err() {
-            return Drive::Close;
+        // Latency per batch, not per request (a clock read costs more than the recording):
+        // from here, after the read, to the write of the batch's replies.
+        let started = (self.rstart < self.rend).then(Instant::now);
+        let served = self.serve(exec, limits);
+        let flushed = served.is_some() && self.flush(exec).is_ok();
+        if let Some(started) = started {
+            let batch = &exec.worker.batch;
+            if !batch.is_empty() {
+                batch.finish(&exec.worker.metrics, started.elapsed().as_nanos() as u64);
+            }
         }
+        let Some(yielded) = served.filter(|_| flushed) else {
+            return Drive::Close;
+        };
         if self.close_after_write || (self.peer_closed && !yielded) {
             // memcached closes on EOF; what the client sent before it is answered first.
             self.close_after_write = true;
@@ -151,7 +161,7 @@ impl Conn {
                 Ok(n) => {
                     let room = self.rbuf.len() - self.rend;
                     self.rend += n;
-                    exec.counters.bytes_read.add(n as u64);
+                    exec.worker.metrics.read_bytes(n as u64);
                     if n < room {
                         // A short read took all the socket had; anything arriving later raises
                         // a new edge. This saves the read that would only say WouldBlock.
@@ -218,7 +228,7 @@ impl Conn {
                 return Some(false);
             }
             if served == limits.max_reqs_per_event {
-                exec.counters.conn_yields.incr();
+                exec.worker.metrics.conn_yield();
                 return Some(true);
             }
             let buf = &self.rbuf[self.rstart..self.rend];
@@ -236,6 +246,7 @@ impl Conn {
             served += 1;
             match parsed {
                 Err(rejection) => {
+                    exec.record(Op::Invalid, Outcome::Error);
                     if !rejection.noreply {
                         self.wbuf.extend_from_slice(rejection.reply);
                     }
@@ -296,7 +307,7 @@ impl Conn {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wsent += n;
-                    exec.counters.bytes_written.add(n as u64);
+                    exec.worker.metrics.written_bytes(n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

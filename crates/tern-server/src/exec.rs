@@ -1,18 +1,20 @@
 //! The command executor: runs one parsed ASCII command against the store and appends its reply to
 //! the connection's output buffer. No I/O and no allocation on the get/set path; the event loop
 //! (`worker.rs`) owns sockets and buffers. The binary and meta protocols (issue 4) reuse the
-//! store calls and counters here with their own encoders.
+//! store calls and the recording ([`Executor::record`]) here with their own encoders.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use tern_admin::stats_text;
+use tern_admin::{Command as Op, HotKeyConfig, HotKeys, Outcome, Snapshot};
 use tern_proto::ascii::{self, Command, Keys, StoreKind};
 use tern_store::{
     Arith, ArithError, Expiry, Miss, Store, StoreOp, StoreOutcome, UnixSecs, MAX_RELATIVE_EXPTIME,
 };
 
+use crate::admin::{ConnTables, WorkerState};
 use crate::config::Settings;
-use crate::stats::{self, Totals, WorkerCounters};
 
 /// The memcached protocol level tern speaks, then tern's own version: clients that gate features
 /// on the server's version see a 1.6 server.
@@ -21,17 +23,21 @@ pub const VERSION_REPLY: &str = concat!("VERSION 1.6.18-tern-", env!("CARGO_PKG_
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
 pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
 
-/// State shared by every worker: settings, the store, the counters of every worker.
+/// State shared by every worker: settings, the store, what every worker records.
 pub struct Shared {
     pub settings: Settings,
     pub store: Store,
-    /// One per worker, indexed by worker number; only that worker writes its counters.
-    pub workers: Box<[WorkerCounters]>,
+    /// One per worker, indexed by worker number; only that worker writes its state.
+    pub workers: Box<[WorkerState]>,
+    /// The hot-key sketches the workers' samplers feed.
+    pub hot_keys: HotKeys,
+    /// Each worker's sockets, for `stats conns`.
+    pub conn_tables: ConnTables,
     /// Open client connections over all workers; checked against `-c` on accept.
     pub curr_connections: AtomicUsize,
     pub started: UnixSecs,
-    /// Sums at the last `stats reset`.
-    pub baseline: Mutex<Totals>,
+    /// Everything as it stood at the last `stats reset`.
+    pub stats_baseline: Mutex<Option<Snapshot>>,
     /// Set by the `verbosity` command; shown in `stats settings`.
     pub verbosity: AtomicU32,
     /// Applies a new `verbosity` to the log filter (absent when logging is set up elsewhere).
@@ -43,37 +49,26 @@ pub struct Shared {
 impl Shared {
     pub fn new(settings: Settings, store: Store) -> Shared {
         let started = store.clock().now();
+        let hot_keys = HotKeys::new(HotKeyConfig {
+            sample_every: settings.hotkey_sample_rate,
+            window: std::time::Duration::from_secs(settings.hotkey_window_secs),
+            ..HotKeyConfig::default()
+        });
         Shared {
             workers: (0..settings.threads)
-                .map(|_| WorkerCounters::default())
+                .map(|_| WorkerState::new(&hot_keys))
                 .collect(),
+            hot_keys,
+            conn_tables: (0..settings.threads).map(|_| Mutex::default()).collect(),
             verbosity: AtomicU32::new(u32::from(settings.verbose)),
             set_log_level: None,
             settings,
             store,
             curr_connections: AtomicUsize::new(0),
             started,
-            baseline: Mutex::new(Totals::default()),
+            stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
         }
-    }
-
-    /// Every worker's counters summed, minus the baseline of the last `stats reset`.
-    pub fn totals(&self) -> Totals {
-        let mut totals = Totals::default();
-        for worker in self.workers.iter() {
-            worker.add_to(&mut totals);
-        }
-        totals.since(&self.baseline.lock().unwrap())
-    }
-
-    fn reset_stats(&self) {
-        let mut totals = Totals::default();
-        for worker in self.workers.iter() {
-            worker.add_to(&mut totals);
-        }
-        *self.baseline.lock().unwrap() = totals;
-        self.store.reset_stats();
     }
 }
 
@@ -90,15 +85,31 @@ pub enum After {
 /// Runs commands for one worker.
 pub struct Executor<'a> {
     pub shared: &'a Shared,
-    pub counters: &'a WorkerCounters,
+    /// This worker's recording state (only this worker's thread writes it).
+    pub worker: &'a WorkerState,
 }
 
 impl<'a> Executor<'a> {
     pub fn new(shared: &'a Shared, worker: usize) -> Executor<'a> {
         Executor {
             shared,
-            counters: &shared.workers[worker],
+            worker: &shared.workers[worker],
         }
+    }
+
+    /// Records one request (one key of a retrieval): its outcome count, and a place in the
+    /// latency batch the connection times once its replies are written.
+    #[inline]
+    pub fn record(&self, op: Op, outcome: Outcome) {
+        self.worker.metrics.count(op, outcome);
+        self.worker.batch.add(op);
+    }
+
+    /// [`Executor::record`] for a request naming `key`, which the hot-key sampler also sees.
+    #[inline]
+    pub fn record_key(&self, op: Op, outcome: Outcome, key: &[u8]) {
+        self.record(op, outcome);
+        self.worker.hot_keys.record(key);
     }
 
     fn expiry(&self, exptime: i64) -> Expiry {
@@ -107,7 +118,6 @@ impl<'a> Executor<'a> {
 
     /// Runs any command but the storage ones (see [`Executor::store`]).
     pub fn execute(&self, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
-        let c = self.counters;
         let store = &self.shared.store;
         let reply = |out: &mut Vec<u8>, noreply: bool, text: &[u8]| {
             if !noreply {
@@ -123,10 +133,10 @@ impl<'a> Executor<'a> {
             Command::Store { .. } => unreachable!("storage commands carry data: use store()"),
             Command::Delete { key, noreply } => {
                 if store.delete(key) {
-                    c.delete_hits.incr();
+                    self.record_key(Op::Delete, Outcome::Hit, key);
                     reply(out, noreply, ascii::DELETED);
                 } else {
-                    c.delete_misses.incr();
+                    self.record_key(Op::Delete, Outcome::Miss, key);
                     reply(out, noreply, ascii::NOT_FOUND);
                 }
             }
@@ -136,18 +146,26 @@ impl<'a> Executor<'a> {
                 delta,
                 noreply,
             } => {
-                let op = if incr { Arith::Incr } else { Arith::Decr };
-                match store.incr_decr(key, op, delta) {
+                let (op, metric) = if incr {
+                    (Arith::Incr, Op::Incr)
+                } else {
+                    (Arith::Decr, Op::Decr)
+                };
+                let result = store.incr_decr(key, op, delta);
+                let outcome = match result {
+                    Ok(_) => Outcome::Hit,
+                    Err(ArithError::NotFound) => Outcome::Miss,
+                    Err(ArithError::NonNumeric) => Outcome::Error,
+                    Err(ArithError::OutOfMemory) => Outcome::NoMemory,
+                };
+                self.record_key(metric, outcome, key);
+                match result {
                     Ok(n) => {
-                        if incr { &c.incr_hits } else { &c.decr_hits }.incr();
                         if !noreply {
                             ascii::encode_number(out, n);
                         }
                     }
-                    Err(ArithError::NotFound) => {
-                        if incr { &c.incr_misses } else { &c.decr_misses }.incr();
-                        reply(out, noreply, ascii::NOT_FOUND);
-                    }
+                    Err(ArithError::NotFound) => reply(out, noreply, ascii::NOT_FOUND),
                     Err(ArithError::NonNumeric) => reply(out, noreply, ascii::NON_NUMERIC),
                     Err(ArithError::OutOfMemory) => reply(out, noreply, ascii::OUT_OF_MEMORY),
                 }
@@ -157,26 +175,31 @@ impl<'a> Executor<'a> {
                 exptime,
                 noreply,
             } => {
-                c.cmd_touch.incr();
                 if store.touch(key, self.expiry(exptime)) {
-                    c.touch_hits.incr();
+                    self.record_key(Op::Touch, Outcome::Hit, key);
                     reply(out, noreply, ascii::TOUCHED);
                 } else {
-                    c.touch_misses.incr();
+                    self.record_key(Op::Touch, Outcome::Miss, key);
                     reply(out, noreply, ascii::NOT_FOUND);
                 }
             }
             Command::FlushAll { delay, noreply } => {
-                c.cmd_flush.incr();
                 if self.shared.settings.disable_flush_all {
+                    // memcached counts a refused flush_all in cmd_flush too.
+                    self.record(Op::Flush, Outcome::Error);
                     reply(out, noreply, ascii::FLUSH_DISABLED);
                 } else {
+                    self.record(Op::Flush, Outcome::Hit);
                     store.flush_all(self.flush_delay(delay));
                     reply(out, noreply, ascii::OK);
                 }
             }
-            Command::Version => out.extend_from_slice(VERSION_REPLY.as_bytes()),
+            Command::Version => {
+                self.record(Op::Admin, Outcome::Hit);
+                out.extend_from_slice(VERSION_REPLY.as_bytes());
+            }
             Command::Verbosity { level, noreply } => {
+                self.record(Op::Admin, Outcome::Hit);
                 // memcached caps the level at 2; level N logs as much as -v repeated N times.
                 let level = level.min(2);
                 self.shared.verbosity.store(level, Ordering::Relaxed);
@@ -186,8 +209,12 @@ impl<'a> Executor<'a> {
                 reply(out, noreply, ascii::OK);
             }
             Command::Stats { args } => self.stats(args, out),
-            Command::Quit => return After::CloseAfterWrite,
+            Command::Quit => {
+                self.record(Op::Admin, Outcome::Hit);
+                return After::CloseAfterWrite;
+            }
             Command::Shutdown { mode } => {
+                self.record(Op::Admin, Outcome::Hit);
                 if !self.shared.settings.enable_shutdown {
                     out.extend_from_slice(ascii::SHUTDOWN_DISABLED);
                 } else if mode == ascii::ShutdownMode::Invalid {
@@ -217,13 +244,19 @@ impl<'a> Executor<'a> {
     }
 
     fn get(&self, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &mut Vec<u8>) {
-        let c = self.counters;
         let store = &self.shared.store;
         let rollback = out.len();
         let expiry = touch.map(|exptime| self.expiry(exptime));
+        let op = match (touch.is_some(), with_cas) {
+            (false, false) => Op::Get,
+            (false, true) => Op::Gets,
+            (true, false) => Op::Gat,
+            (true, true) => Op::Gats,
+        };
         for key in keys {
             if key.len() > ascii::KEY_MAX_LENGTH {
                 // memcached drops the values already queued for this line and answers the error.
+                self.record(Op::Invalid, Outcome::Error);
                 out.truncate(rollback);
                 out.extend_from_slice(ascii::BAD_FORMAT);
                 return;
@@ -241,29 +274,13 @@ impl<'a> Executor<'a> {
                 None => store.get(key, encode),
                 Some(expiry) => store.get_and_touch(key, expiry, encode),
             };
-            match (found, touch.is_some()) {
-                (Ok(()), false) => c.get_hits.incr(),
-                (Ok(()), true) => c.touch_hits.incr(),
-                (Err(miss), touch) => {
-                    match miss {
-                        Miss::Expired => c.get_expired.incr(),
-                        Miss::Flushed => c.get_flushed.incr(),
-                        Miss::NotFound => {}
-                    }
-                    if touch {
-                        &c.touch_misses
-                    } else {
-                        &c.get_misses
-                    }
-                    .incr();
-                }
-            }
-            if touch.is_some() {
-                &c.cmd_touch
-            } else {
-                &c.cmd_get
-            }
-            .incr();
+            let outcome = match found {
+                Ok(()) => Outcome::Hit,
+                Err(Miss::NotFound) => Outcome::Miss,
+                Err(Miss::Expired) => Outcome::Expired,
+                Err(Miss::Flushed) => Outcome::Flushed,
+            };
+            self.record_key(op, outcome, key);
         }
         out.extend_from_slice(ascii::END);
     }
@@ -282,9 +299,9 @@ impl<'a> Executor<'a> {
         noreply: bool,
         out: &mut Vec<u8>,
     ) {
-        let c = self.counters;
-        c.cmd_set.incr();
+        let metric = store_metric(kind);
         let Ok(value) = data else {
+            self.record_key(metric, Outcome::Error, key);
             if !noreply {
                 out.extend_from_slice(ascii::BAD_DATA_CHUNK);
             }
@@ -302,31 +319,15 @@ impl<'a> Executor<'a> {
             .shared
             .store
             .store(op, key, flags, self.expiry(exptime), value);
-        let text = match outcome {
-            StoreOutcome::Stored { .. } => {
-                if kind == StoreKind::Cas {
-                    c.cas_hits.incr();
-                }
-                ascii::STORED
-            }
-            StoreOutcome::NotStored => ascii::NOT_STORED,
-            StoreOutcome::Exists => {
-                c.cas_badval.incr();
-                ascii::EXISTS
-            }
-            StoreOutcome::NotFound => {
-                c.cas_misses.incr();
-                ascii::NOT_FOUND
-            }
-            StoreOutcome::TooLarge => {
-                c.store_too_large.incr();
-                ascii::TOO_LARGE
-            }
-            StoreOutcome::OutOfMemory => {
-                c.store_no_memory.incr();
-                ascii::OUT_OF_MEMORY_STORING
-            }
+        let (recorded, text) = match outcome {
+            StoreOutcome::Stored { .. } => (Outcome::Stored, ascii::STORED),
+            StoreOutcome::NotStored => (Outcome::NotStored, ascii::NOT_STORED),
+            StoreOutcome::Exists => (Outcome::Exists, ascii::EXISTS),
+            StoreOutcome::NotFound => (Outcome::NotFound, ascii::NOT_FOUND),
+            StoreOutcome::TooLarge => (Outcome::TooLarge, ascii::TOO_LARGE),
+            StoreOutcome::OutOfMemory => (Outcome::NoMemory, ascii::OUT_OF_MEMORY_STORING),
         };
+        self.record_key(metric, recorded, key);
         if !noreply {
             out.extend_from_slice(text);
         }
@@ -335,7 +336,9 @@ impl<'a> Executor<'a> {
     /// A storage command whose value is larger than `-I`: memcached answers at once, skips the
     /// data block, and (for set) removes the old value so no stale copy survives.
     pub fn too_large(&self, kind: StoreKind, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
-        self.counters.store_too_large.incr();
+        // Refused before its data is read, so memcached counts it in store_too_large but not
+        // in cmd_set: recorded as an invalid request with the too-large outcome.
+        self.record(Op::Invalid, Outcome::TooLarge);
         if kind == StoreKind::Set {
             self.shared.store.delete(key);
         }
@@ -344,95 +347,65 @@ impl<'a> Executor<'a> {
         }
     }
 
+    /// The `stats` family, as memcached 1.6 answers it, plus tern's `stats segments` and
+    /// `stats hotkeys [N]`.
     fn stats(&self, mut args: Keys<'_>, out: &mut Vec<u8>) {
-        match args.next() {
-            None => self.general_stats(out),
-            Some(b"reset") => {
-                self.shared.reset_stats();
-                out.extend_from_slice(ascii::RESET);
-                return;
-            }
-            Some(b"settings") => self.settings_stats(out),
-            Some(_) => {
-                out.extend_from_slice(ascii::ERROR);
-                return;
-            }
-        }
-        out.extend_from_slice(ascii::END);
-    }
-
-    fn general_stats(&self, out: &mut Vec<u8>) {
         let shared = self.shared;
-        let now = shared.store.clock().now();
-        let t = shared.totals();
-        let s = shared.store.stats();
-        let ((us, uus), (ss, sus)) = stats::rusage();
-        let stat = |out: &mut Vec<u8>, name: &str, value: &dyn std::fmt::Display| {
-            ascii::encode_stat(out, name, value)
+        let (sub, arg) = (args.next(), args.next());
+        let hit = |bytes: Vec<u8>| (Outcome::Hit, bytes);
+        let (outcome, reply) = match (sub, arg) {
+            (None, _) => hit(stats_text::render_stats(&shared.stats_snapshot())),
+            (Some(b"reset"), None) => {
+                shared.reset_stats();
+                hit(ascii::RESET.to_vec())
+            }
+            (Some(b"settings"), None) => {
+                hit(stats_text::render_stat_lines(shared.settings_stats()))
+            }
+            (Some(b"items"), None) => hit(stats_text::render_stats_items(&shared.stats_snapshot())),
+            (Some(b"slabs"), None) => hit(stats_text::render_stats_slabs(&shared.stats_snapshot())),
+            (Some(b"segments"), None) => hit(stats_text::render_stats_segments(
+                &shared.stats_snapshot().store.segments,
+            )),
+            (Some(b"conns"), None) => {
+                let asker = self.worker.serving_fd.load(Ordering::Relaxed);
+                hit(stats_text::render_stats_conns(&shared.conns(asker)))
+            }
+            (Some(b"hotkeys"), count) => {
+                let count = match count {
+                    None => Some(stats_text::DEFAULT_HOT_KEYS),
+                    Some(n) => std::str::from_utf8(n).ok().and_then(|n| n.parse().ok()),
+                };
+                match (count, args.next()) {
+                    (Some(n), None) => {
+                        hit(stats_text::render_stats_hotkeys(&shared.hot_keys.top(n)))
+                    }
+                    _ => (Outcome::Error, ascii::BAD_FORMAT.to_vec()),
+                }
+            }
+            _ => (Outcome::Error, ascii::ERROR.to_vec()),
         };
-        stat(out, "pid", &std::process::id());
-        stat(out, "uptime", &now.saturating_sub(shared.started));
-        stat(out, "time", &now);
-        stat(out, "version", &env!("CARGO_PKG_VERSION"));
-        stat(out, "pointer_size", &(usize::BITS));
-        stat(out, "rusage_user", &format_args!("{us}.{uus:06}"));
-        stat(out, "rusage_system", &format_args!("{ss}.{sus:06}"));
-        stat(out, "max_connections", &shared.settings.conn_limit);
-        let curr = shared.curr_connections.load(Ordering::Relaxed);
-        stat(out, "curr_connections", &curr);
-        let counters: [(&str, u64); 26] = [
-            ("total_connections", t.total_connections),
-            ("rejected_connections", t.rejected_connections),
-            ("cmd_get", t.cmd_get),
-            ("cmd_set", t.cmd_set),
-            ("cmd_flush", t.cmd_flush),
-            ("cmd_touch", t.cmd_touch),
-            ("get_hits", t.get_hits),
-            ("get_misses", t.get_misses),
-            ("get_expired", t.get_expired),
-            ("get_flushed", t.get_flushed),
-            ("delete_misses", t.delete_misses),
-            ("delete_hits", t.delete_hits),
-            ("incr_misses", t.incr_misses),
-            ("incr_hits", t.incr_hits),
-            ("decr_misses", t.decr_misses),
-            ("decr_hits", t.decr_hits),
-            ("cas_misses", t.cas_misses),
-            ("cas_hits", t.cas_hits),
-            ("cas_badval", t.cas_badval),
-            ("touch_hits", t.touch_hits),
-            ("touch_misses", t.touch_misses),
-            ("store_too_large", t.store_too_large),
-            ("store_no_memory", t.store_no_memory),
-            ("bytes_read", t.bytes_read),
-            ("bytes_written", t.bytes_written),
-            ("limit_maxbytes", s.limit_maxbytes),
-        ];
-        for (name, value) in counters {
-            stat(out, name, &value);
-        }
-        stat(out, "threads", &shared.settings.threads);
-        stat(out, "conn_yields", &t.conn_yields);
-        let store_stats: [(&str, u64); 8] = [
-            ("bytes", s.bytes),
-            ("curr_items", s.curr_items),
-            ("total_items", s.total_items),
-            ("expired_unfetched", s.expired_unfetched),
-            ("evicted_unfetched", s.evicted_unfetched),
-            ("evictions", s.evictions),
-            ("reclaimed", s.reclaimed),
-            (
-                "accepting_conns",
-                u64::from(!shared.shutdown.load(Ordering::Relaxed)),
-            ),
-        ];
-        for (name, value) in store_stats {
-            stat(out, name, &value);
-        }
+        self.record(Op::Stats, outcome);
+        out.extend_from_slice(&reply);
     }
+}
 
-    fn settings_stats(&self, out: &mut Vec<u8>) {
-        let s = &self.shared.settings;
+/// The metric a storage command is recorded under.
+fn store_metric(kind: StoreKind) -> Op {
+    match kind {
+        StoreKind::Set => Op::Set,
+        StoreKind::Add => Op::Add,
+        StoreKind::Replace => Op::Replace,
+        StoreKind::Append => Op::Append,
+        StoreKind::Prepend => Op::Prepend,
+        StoreKind::Cas => Op::Cas,
+    }
+}
+
+impl Shared {
+    /// `stats settings` (memcached's names and formats) and the admin endpoint's `/settings`.
+    pub fn settings_stats(&self) -> Vec<(String, String)> {
+        let s = &self.settings;
         let yes_no = |b: bool| if b { "yes" } else { "no" };
         let on_off = |b: bool| if b { "on" } else { "off" };
         let listen = if s.listen.is_empty() {
@@ -444,8 +417,9 @@ impl<'a> Executor<'a> {
             .unix_socket
             .as_ref()
             .map_or("NULL".to_string(), |p| p.display().to_string());
-        let verbosity = self.shared.verbosity.load(Ordering::Relaxed);
-        let lines: [(&str, &dyn std::fmt::Display); 18] = [
+        let verbosity = self.verbosity.load(Ordering::Relaxed);
+        let admin_port = s.admin_port.map_or("off".to_string(), |p| p.to_string());
+        let lines: [(&str, &dyn std::fmt::Display); 22] = [
             ("maxbytes", &(s.memory_limit_mb << 20)),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
@@ -464,10 +438,14 @@ impl<'a> Executor<'a> {
             ("flush_enabled", &yes_no(!s.disable_flush_all)),
             ("shutdown_command", &yes_no(s.enable_shutdown)),
             ("lock_memory", &yes_no(s.lock_memory)),
+            ("large_memory_pages", &yes_no(s.enable_largepages)),
+            ("admin_port", &admin_port),
+            ("hotkey_sample_rate", &s.hotkey_sample_rate),
+            ("hotkey_window", &s.hotkey_window_secs),
         ];
-        for (name, value) in lines {
-            ascii::encode_stat(out, name, value);
-        }
-        ascii::encode_stat(out, "large_memory_pages", yes_no(s.enable_largepages));
+        lines
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect()
     }
 }

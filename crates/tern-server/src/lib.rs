@@ -3,15 +3,16 @@
 //! - [`net`]: listening sockets and client streams;
 //! - [`worker`]: one mio event loop per thread, accepting and driving connections;
 //! - [`conn`]: a connection's buffers, pipelining, `-R` and backpressure;
-//! - [`exec`]: the command executor (store calls, counters, replies) and the shared state;
-//! - [`stats`]: per-worker counters, summed when `stats` is read.
+//! - [`exec`]: the command executor (store calls, recording, replies) and the shared state;
+//! - [`admin`]: what each worker records (tern-admin's metrics, latency batch, hot-key
+//!   sampler), the snapshot `stats` and the admin endpoint read, `stats conns`' sockets.
 
+pub mod admin;
 pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod net;
 mod process;
-pub mod stats;
 pub mod worker;
 
 use std::process::ExitCode;
@@ -55,6 +56,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         per_worker[0].push(net::bind_unix(path, settings.unix_mask)?);
         tracing::info!("listening on {}", path.display());
     }
+    let admin_listener = match settings.admin_port {
+        Some(port) => {
+            // On the (first) listen address, so the endpoint is as reachable as the cache.
+            let addr = std::net::SocketAddr::new(settings.listen_addrs()?[0].ip(), port);
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("--admin-port {port}: cannot listen on {addr}"))?;
+            Some(listener)
+        }
+        None => None,
+    };
 
     if settings.daemon {
         process::daemonize(settings.verbose > 0)?;
@@ -93,6 +104,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut shared = Shared::new(settings, store);
     shared.set_log_level = log_level;
     let shared = Arc::new(shared);
+    // Its thread starts after -d forked (a fork keeps only the calling thread).
+    let _admin = match admin_listener {
+        Some(listener) => {
+            let source = Arc::new(admin::ServerAdmin(shared.clone()));
+            let server = tern_admin::AdminServer::from_listener(listener, source)?;
+            tracing::info!("admin endpoint on http://{}", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
 
     let mut wakers = Vec::new();
     let mut threads = Vec::new();

@@ -2,13 +2,14 @@
 //! connections. No lock is taken here; the store does its own sharded locking.
 
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
+use crate::admin::ConnEntry;
 use crate::conn::{Conn, Drive, Limits};
 use crate::exec::{Executor, Shared};
 use crate::net::Listener;
@@ -31,6 +32,9 @@ pub struct Worker {
     /// Connections to serve again before sleeping (they stopped with work left).
     again: Vec<usize>,
     limits: Limits,
+    /// Per connection slot: its socket's descriptor and when it last brought commands in
+    /// (shared with its `stats conns` entry).
+    activity: Vec<(i32, Arc<AtomicU32>)>,
 }
 
 impl Worker {
@@ -47,6 +51,13 @@ impl Worker {
                 Interest::READABLE,
             )?;
         }
+        let entries = listeners
+            .iter()
+            .filter_map(|l| ConnEntry::listener(l, shared.started));
+        shared.conn_tables[id]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(entries);
         let s = &shared.settings;
         let limits = Limits {
             max_reqs_per_event: s.max_reqs_per_event,
@@ -63,6 +74,7 @@ impl Worker {
             free: Vec::new(),
             again: Vec::new(),
             limits,
+            activity: Vec::new(),
         })
     }
 
@@ -84,6 +96,9 @@ impl Worker {
                     tracing::error!(worker = self.id, "poll failed: {e}");
                     break;
                 }
+            }
+            if !events.is_empty() {
+                self.shared.workers[self.id].metrics.wakeup();
             }
             for event in events.iter() {
                 match event.token() {
@@ -127,17 +142,17 @@ impl Worker {
                     return;
                 }
             };
-            let counters = &self.shared.workers[self.id];
+            let metrics = &self.shared.workers[self.id].metrics;
             let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
             if open >= self.shared.settings.conn_limit {
                 self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                counters.rejected_connections.incr();
+                metrics.conn_rejected();
                 let mut stream = stream;
                 // Best effort, like memcached: the reply fits any socket buffer.
                 let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
                 continue;
             }
-            counters.total_connections.incr();
+            metrics.conn_opened();
             let idx = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.conns.len() - 1
@@ -150,12 +165,27 @@ impl Worker {
             ) {
                 tracing::warn!(worker = self.id, "cannot register a connection: {e}");
                 self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                metrics.conn_closed();
                 self.free.push(idx);
                 continue;
             }
+            let entry = ConnEntry::client(&conn.stream, self.shared.store.clock().now());
+            let activity = (entry.fd, entry.last_cmd.clone());
+            if idx < self.activity.len() {
+                self.activity[idx] = activity;
+            } else {
+                self.activity.push(activity);
+            }
+            self.conn_table().push(entry);
             self.conns[idx] = Some(conn);
             tracing::debug!(worker = self.id, conn = idx, "new connection");
         }
+    }
+
+    fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
+        self.shared.conn_tables[self.id]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn drive(&mut self, idx: usize) {
@@ -163,6 +193,10 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
+        // Once per wake-up, not per request: for `stats conns`.
+        let (fd, last_cmd) = &self.activity[idx];
+        exec.worker.serving_fd.store(*fd, Ordering::Relaxed);
+        last_cmd.store(self.shared.store.clock().now(), Ordering::Relaxed);
         match conn.drive(&exec, &self.limits) {
             Drive::Close => self.close(idx),
             Drive::Open { again } => {
@@ -198,7 +232,11 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            // Out of the table before the descriptor closes and can be reused.
+            let fd = self.activity[idx].0;
+            self.conn_table().retain(|e| e.fd != fd);
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            self.shared.workers[self.id].metrics.conn_closed();
             self.free.push(idx);
             tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }
@@ -209,6 +247,7 @@ impl Worker {
         for mut listener in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(listener.source());
         }
+        self.conn_table().retain(|e| e.listen_addr.is_some());
         let exec = Executor::new(&self.shared, self.id);
         let mut done = Vec::new();
         for (idx, slot) in self.conns.iter_mut().enumerate() {
