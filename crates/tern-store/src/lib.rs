@@ -780,6 +780,9 @@ impl Store {
             set32(&meta.head, seg);
             set32(&meta.run_len, 1);
             if keep && kept.is_none() && !bit(&pool.claimed, seg as usize) {
+                // Owned again before the pool lock is dropped: a large write choosing a window
+                // must never take a segment that is free in name only.
+                set32(&meta.owner, sh.id);
                 kept = Some(seg);
             } else {
                 pool.give(seg);
@@ -825,9 +828,13 @@ impl Store {
     /// by evicting (its own segments first, another shard's when it has none).
     fn make_room(&self, sh: &mut Shard, now: UnixSecs) -> Option<u32> {
         for _ in 0..8 {
-            if let Some(seg) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(seg) = pool.take() {
+                // Owned before the pool lock is dropped (see `release`).
+                set32(&self.meta(seg).owner, sh.id);
                 return Some(seg);
             }
+            drop(pool);
             let freed_any = self.reclaim_shard(sh, now) > 0
                 || (self.config.eviction != Eviction::None && self.evict_one(sh, now));
             if freed_any {
@@ -1162,7 +1169,6 @@ impl Store {
                     set_bit(&mut pool.free, seg, false);
                 }
                 pool.free_count -= len;
-                drop(pool);
                 self.mark_pending(start as u32, len);
                 return Some(start as u32);
             }
@@ -1203,7 +1209,6 @@ impl Store {
                 set_bit(&mut pool.claimed, seg, false);
             }
             if (start..start + len).all(|seg| get32(&self.metas[seg].owner) == OWNER_FREE) {
-                drop(pool);
                 self.mark_pending(start as u32, len);
                 return Some(start as u32);
             }
@@ -1217,6 +1222,7 @@ impl Store {
         None
     }
 
+    /// Called with the pool locked, so no one sees the run as free in between.
     fn mark_pending(&self, start: u32, len: usize) {
         for seg in start..start + len as u32 {
             set32(&self.meta(seg).owner, OWNER_PENDING);
