@@ -69,14 +69,16 @@ impl Index {
     }
 
     /// The slot whose tag is `tag` and whose location satisfies `matches`.
+    /// `tag` must not be 0 (see `Store::hash`).
     pub(crate) fn find(&self, tag: u32, mut matches: impl FnMut(u64) -> bool) -> Option<usize> {
         let mut b = self.home(tag);
         for _ in 0..self.buckets.len() {
             let bucket = &self.buckets[b].0;
             // Branch-free tag comparison of the whole bucket, then only the candidates.
             let mut candidates = 0u32;
+            // Tags are never 0, so an empty slot (all zero) never matches.
             for (w, &slot) in bucket.iter().enumerate() {
-                candidates |= ((slot != 0 && tag_of(slot) == tag) as u32) << w;
+                candidates |= ((tag_of(slot) == tag) as u32) << w;
             }
             while candidates != 0 {
                 let w = candidates.trailing_zeros() as usize;
@@ -104,7 +106,7 @@ impl Index {
 
     /// Adds an entry (the caller has removed any older one for the same key).
     pub(crate) fn insert(&mut self, tag: u32, loc: u64) {
-        debug_assert!(loc != 0 && loc <= LOC_MASK && tag < 1 << TAG_BITS);
+        debug_assert!(loc != 0 && loc <= LOC_MASK && tag != 0 && tag < 1 << TAG_BITS);
         if (self.len + 1) * 20 > self.buckets.len() * WAYS * 17 {
             self.grow();
         }
@@ -168,7 +170,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let tag = (x >> 40) as u32;
+            let tag = ((x >> 40) as u32).max(1);
             let loc = round + 1;
             if round % 3 == 2 {
                 let (&victim, &victim_tag) = model.iter().next().expect("non-empty");

@@ -593,10 +593,9 @@ impl Store {
 
     fn hash(&self, key: &[u8]) -> (usize, u32) {
         let hash = self.hasher.hash_one(key);
-        (
-            hash as usize & (self.shards.len() - 1),
-            (hash >> (64 - index::TAG_BITS)) as u32,
-        )
+        // Tag 0 is folded into 1: an empty index slot is all zero bits.
+        let tag = ((hash >> (64 - index::TAG_BITS)) as u32).max(1);
+        (hash as usize & (self.shards.len() - 1), tag)
     }
 
     fn tag(&self, key: &[u8]) -> u32 {
@@ -684,11 +683,11 @@ impl Store {
 
     /// Applies a `flush_all` that has come due for this shard; reports `Flushed` when `key`
     /// was among the items it removed.
+    #[inline]
     fn catch_up_flush(
         &self,
         sh: &mut Shard,
-        key: &[u8],
-        tag: u32,
+        key: Option<(&[u8], u32)>,
         now: UnixSecs,
     ) -> Result<(), Miss> {
         let mark = self.flush.load(Relaxed);
@@ -696,7 +695,7 @@ impl Store {
         if seq == sh.flush_seq || at > now {
             return Ok(());
         }
-        let had_key = self.lookup(sh, key, tag).is_some();
+        let had_key = key.is_some_and(|(key, tag)| self.lookup(sh, key, tag).is_some());
         self.clear_shard(sh);
         sh.flush_seq = seq;
         if had_key {
@@ -1322,7 +1321,7 @@ impl Store {
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        self.catch_up_flush(sh, key, tag, now)?;
+        self.catch_up_flush(sh, Some((key, tag)), now)?;
         let mut found = self.live(sh, key, tag, now)?;
         if let Some(expiry) = touch {
             found = self.set_expiry(sh, found, key, tag, expiry.0, now)?;
@@ -1445,7 +1444,7 @@ impl Store {
             let now = self.clock.now();
             let mut guard = self.lock(shard);
             let sh = &mut *guard;
-            let found = match self.catch_up_flush(sh, key, tag, now) {
+            let found = match self.catch_up_flush(sh, Some((key, tag)), now) {
                 Ok(()) => self.live(sh, key, tag, now).ok(),
                 Err(_) => None,
             };
@@ -1560,7 +1559,7 @@ impl Store {
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        if self.catch_up_flush(sh, key, tag, now).is_err() {
+        if self.catch_up_flush(sh, Some((key, tag)), now).is_err() {
             return false;
         }
         match self.live(sh, key, tag, now) {
@@ -1581,7 +1580,7 @@ impl Store {
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        self.catch_up_flush(sh, key, tag, now)
+        self.catch_up_flush(sh, Some((key, tag)), now)
             .map_err(|_| ArithError::NotFound)?;
         let found = self
             .live(sh, key, tag, now)
@@ -1666,7 +1665,7 @@ impl Store {
     fn catch_up_all(&self, now: UnixSecs) {
         for shard in 0..self.shards.len() {
             let mut sh = self.lock(shard);
-            let _ = self.catch_up_flush(&mut sh, &[], 0, now);
+            let _ = self.catch_up_flush(&mut sh, None, now);
         }
     }
 
@@ -1678,7 +1677,7 @@ impl Store {
         for shard in 0..self.shards.len() {
             let mut guard = self.lock(shard);
             let sh = &mut *guard;
-            let _ = self.catch_up_flush(sh, &[], 0, now);
+            let _ = self.catch_up_flush(sh, None, now);
             self.reclaim_shard(sh, now);
             self.release(sh, false);
         }
@@ -1691,7 +1690,7 @@ impl Store {
         for shard in 0..self.shards.len() {
             let mut guard = self.lock(shard);
             let sh = &mut *guard;
-            let _ = self.catch_up_flush(sh, &[], 0, now);
+            let _ = self.catch_up_flush(sh, None, now);
             let c = sh.counters;
             total.curr_items += c.curr_items;
             total.bytes += c.bytes;
