@@ -82,6 +82,11 @@ pub enum Command<'a> {
     Shutdown {
         mode: ShutdownMode,
     },
+    /// A meta command (`mg ms md ma me mn`): the whole line, for [`crate::meta::parse`]. An `ms`
+    /// line is followed by a data block, as a storage command is.
+    Meta {
+        line: &'a [u8],
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -429,6 +434,7 @@ pub fn parse_line(line: &[u8]) -> Result<Command<'_>, Rejection> {
                 _ => ShutdownMode::Invalid,
             },
         }),
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" | b"mn" => Ok(Command::Meta { line }),
         _ => reject(ERROR, false),
     }
 }
@@ -791,8 +797,20 @@ mod tests {
 
     #[test]
     fn unknown_and_short_commands_are_errors() {
-        for bad in ["", "x", "bogus", "mg k v", "GET k", "   "] {
+        for bad in ["", "x", "bogus", "mz k v", "MG k", "GET k", "   "] {
             assert_eq!(rejected(bad), ERROR, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn meta_lines_are_handed_over_whole() {
+        for meta in ["mg k v", "ms k 2 T0", "md k q", "ma k", "me k", "mn", "mg"] {
+            assert_eq!(
+                line(meta),
+                Ok(Command::Meta {
+                    line: meta.as_bytes()
+                })
+            );
         }
     }
 

@@ -11,6 +11,7 @@ use tern_proto::ascii::{self, Command, Frame};
 
 use crate::exec::{After, Executor};
 use crate::net::Stream;
+use crate::{binary, meta};
 
 /// Read buffer size for a new connection, and the size it returns to after a large value.
 const READ_BUFFER: usize = 16 * 1024;
@@ -53,6 +54,17 @@ pub struct Conn {
     pub queued: bool,
     /// Registered for writable events too (only while replies wait for the client to read).
     pub watching_writes: bool,
+    /// Decided once, by the connection's first byte, as memcached does.
+    protocol: Protocol,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    /// Nothing received yet.
+    Unknown,
+    /// Text: classic commands and meta commands.
+    Ascii,
+    Binary,
 }
 
 /// Per-call limits from the settings.
@@ -78,6 +90,7 @@ impl Conn {
             peer_closed: false,
             queued: false,
             watching_writes: false,
+            protocol: Protocol::Unknown,
         }
     }
 
@@ -214,6 +227,18 @@ impl Conn {
     /// Serves buffered requests. `Some(true)` when it stopped at the `-R` cap with requests
     /// left, `None` when the connection must close at once.
     fn serve(&mut self, exec: &Executor<'_>, limits: &Limits) -> Option<bool> {
+        if self.protocol != Protocol::Ascii {
+            if self.protocol == Protocol::Unknown {
+                match self.rbuf[self.rstart..self.rend].first() {
+                    None => return Some(false),
+                    Some(&tern_proto::binary::REQUEST_MAGIC) => self.protocol = Protocol::Binary,
+                    Some(_) => self.protocol = Protocol::Ascii,
+                }
+            }
+            if self.protocol == Protocol::Binary {
+                return self.serve_binary(exec, limits);
+            }
+        }
         let mut served = 0;
         loop {
             if self.swallow > 0 {
@@ -284,6 +309,20 @@ impl Conn {
                     );
                     self.rstart += consumed + bytes + 2;
                 }
+                Ok(Command::Meta { line }) => {
+                    match meta::run(exec, line, &buf[consumed..], &mut self.wbuf) {
+                        meta::Step::Done(data) => self.rstart += consumed + data,
+                        meta::Step::Need(data) => {
+                            self.need = consumed + data;
+                            self.need_exact = true;
+                            return Some(false);
+                        }
+                        meta::Step::Swallow(data) => {
+                            self.rstart += consumed;
+                            self.swallow = data;
+                        }
+                    }
+                }
                 Ok(cmd) => {
                     let after = exec.execute(cmd, &mut self.wbuf);
                     self.rstart += consumed;
@@ -297,6 +336,33 @@ impl Conn {
                     }
                 }
             }
+        }
+    }
+
+    /// Serves binary frames (`binary::serve`) with the same buffers, budget and skipping.
+    fn serve_binary(&mut self, exec: &Executor<'_>, limits: &Limits) -> Option<bool> {
+        if self.swallow > 0 {
+            let skip = self.swallow.min(self.rend - self.rstart);
+            self.rstart += skip;
+            self.swallow -= skip;
+            if self.swallow > 0 {
+                return Some(false);
+            }
+        }
+        let buf = &self.rbuf[self.rstart..self.rend];
+        let progress = binary::serve(exec, buf, limits.max_reqs_per_event, &mut self.wbuf);
+        self.rstart += progress.consumed;
+        self.swallow = progress.swallow;
+        // A frame's length is in its header: grow to it exactly.
+        self.need = progress.need;
+        self.need_exact = true;
+        match progress.after {
+            After::Continue => Some(progress.yielded),
+            After::CloseAfterWrite => {
+                self.close_after_write = true;
+                Some(false)
+            }
+            After::CloseNow => None,
         }
     }
 

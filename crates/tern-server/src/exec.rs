@@ -131,6 +131,7 @@ impl<'a> Executor<'a> {
                 touch,
             } => self.get(keys, with_cas, touch, out),
             Command::Store { .. } => unreachable!("storage commands carry data: use store()"),
+            Command::Meta { .. } => unreachable!("meta commands may carry data: use meta::run()"),
             Command::Delete { key, noreply } => {
                 if store.delete(key) {
                     self.record_key(Op::Delete, Outcome::Hit, key);
@@ -232,7 +233,7 @@ impl<'a> Executor<'a> {
 
     /// memcached's flush delay: 0 or negative is now, up to 30 days relative, beyond that an
     /// absolute unix time.
-    fn flush_delay(&self, delay: i64) -> u32 {
+    pub(crate) fn flush_delay(&self, delay: i64) -> u32 {
         if delay <= 0 {
             0
         } else if delay > MAX_RELATIVE_EXPTIME {

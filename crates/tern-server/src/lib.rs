@@ -8,9 +8,11 @@
 //!   sampler), the snapshot `stats` and the admin endpoint read, `stats conns`' sockets.
 
 pub mod admin;
+mod binary;
 pub mod config;
 pub mod conn;
 pub mod exec;
+mod meta;
 pub mod net;
 mod process;
 pub mod worker;

@@ -246,7 +246,6 @@ fn bad_command_lines() {
         "gets",
         "set k 0 0",
         "set k 0 0 1 2 3",
-        "mn",
     ] {
         c.expect(format!("{bad}\r\n").as_bytes(), b"ERROR\r\n");
     }

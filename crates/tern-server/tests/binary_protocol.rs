@@ -1,0 +1,258 @@
+//! The binary protocol against the real server: libmemcached's `memccapable -b`, `memcslap
+//! --binary` and `memcaslap -B` (Debian's libmemcached-tools), and raw frames for what those
+//! tools do not check (quiet batching, incr/decr creation, flush delay, Stat groups).
+
+use std::process::Command;
+
+use tern_testkit::{Conn, ServerProcess};
+
+const MAGIC: u8 = 0x80;
+const GET: u8 = 0x00;
+const SET: u8 = 0x01;
+const INCR: u8 = 0x05;
+const FLUSH: u8 = 0x08;
+const GETQ: u8 = 0x09;
+const NOOP: u8 = 0x0a;
+const GETKQ: u8 = 0x0d;
+const STAT: u8 = 0x10;
+const SETQ: u8 = 0x11;
+const ADDQ: u8 = 0x12;
+const INCRQ: u8 = 0x15;
+const TOUCH: u8 = 0x1c;
+
+fn frame(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
+    let mut f = vec![MAGIC, opcode];
+    f.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    f.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    f.extend_from_slice(&opaque.to_be_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(extras);
+    f.extend_from_slice(key);
+    f.extend_from_slice(value);
+    f
+}
+
+fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {
+    [flags.to_be_bytes(), exptime.to_be_bytes()].concat()
+}
+
+fn incr_extras(delta: u64, initial: u64, exptime: u32) -> Vec<u8> {
+    [
+        &delta.to_be_bytes()[..],
+        &initial.to_be_bytes(),
+        &exptime.to_be_bytes(),
+    ]
+    .concat()
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Reply {
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    extras: Vec<u8>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+fn read_reply(c: &mut Conn) -> Reply {
+    let h = c.read_exact(24);
+    assert_eq!(h[0], 0x81, "response magic in {h:?}");
+    let key_len = u16::from_be_bytes([h[2], h[3]]) as usize;
+    let extras_len = h[4] as usize;
+    let body_len = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    let body = c.read_exact(body_len);
+    Reply {
+        opcode: h[1],
+        status: u16::from_be_bytes([h[6], h[7]]),
+        opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        extras: body[..extras_len].to_vec(),
+        key: body[extras_len..extras_len + key_len].to_vec(),
+        value: body[extras_len + key_len..].to_vec(),
+    }
+}
+
+fn tool_output(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("run {program} ({e}): apt-get install libmemcached-tools (.ci/run does this)")
+        });
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{program} {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn memccapable_binary_and_full_suites_pass() {
+    let server = ServerProcess::tern(&["-t", "2"]);
+    let port = server.port.to_string();
+    let binary = tool_output("memccapable", &["-h", "127.0.0.1", "-p", &port, "-b"]);
+    assert!(binary.contains("All tests passed"), "{binary}");
+    assert!(!binary.contains("[FAIL]"), "{binary}");
+    // memccapable names 27 binary tests.
+    assert_eq!(binary.matches("[pass]").count(), 27, "{binary}");
+    let all = tool_output("memccapable", &["-h", "127.0.0.1", "-p", &port]);
+    assert!(all.contains("All tests passed"), "{all}");
+    assert!(!all.contains("[FAIL]"), "{all}");
+    assert_eq!(all.matches("[pass]").count(), 54, "{all}");
+}
+
+#[test]
+fn memcslap_and_memcaslap_binary_runs_are_clean() {
+    let server = ServerProcess::tern(&["-t", "2"]);
+    let servers = format!("127.0.0.1:{}", server.port);
+    let slap = tool_output(
+        "memcslap",
+        &[
+            &format!("--servers={servers}"),
+            "--binary",
+            "--concurrency=4",
+            "--execute-number=500",
+        ],
+    );
+    assert!(slap.contains("Time to set"), "{slap}");
+    assert!(!slap.to_lowercase().contains("fail"), "{slap}");
+    assert!(!slap.to_lowercase().contains("error"), "{slap}");
+    let caslap = tool_output(
+        "memcaslap",
+        &[
+            "-s",
+            &servers,
+            "-B",
+            "-x",
+            "20000",
+            "-c",
+            "8",
+            "--verify=0.1",
+        ],
+    );
+    // Every operation completed, gets found what was set, and verification saw no mismatch.
+    assert!(caslap.contains("cmd_get: 18000"), "{caslap}");
+    assert!(caslap.contains("cmd_set: 2000"), "{caslap}");
+    assert!(caslap.contains("get_misses: 0"), "{caslap}");
+    assert!(caslap.contains("verify_misses: 0"), "{caslap}");
+    assert!(caslap.contains("verify_failed: 0"), "{caslap}");
+    assert!(!caslap.to_lowercase().contains("error"), "{caslap}");
+}
+
+#[test]
+fn quiet_commands_are_answered_only_when_they_have_news() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    // One write: quiet stores, a failing AddQ, a GetQ miss, a GetKQ hit, a creating IncrementQ,
+    // then Noop ends the batch.
+    let mut batch = frame(SETQ, &set_extras(7, 0), b"a", b"alpha", 1);
+    batch.extend(frame(SETQ, &set_extras(0, 0), b"b", b"beta", 2));
+    batch.extend(frame(ADDQ, &set_extras(0, 0), b"a", b"again", 3));
+    batch.extend(frame(GETQ, &[], b"missing", b"", 4));
+    batch.extend(frame(GETKQ, &[], b"a", b"", 5));
+    batch.extend(frame(INCRQ, &incr_extras(1, 40, 0), b"n", b"", 6));
+    batch.extend(frame(NOOP, &[], b"", b"", 7));
+    c.send(&batch);
+    let exists = read_reply(&mut c);
+    assert_eq!((exists.opcode, exists.status, exists.opaque), (ADDQ, 2, 3));
+    assert_eq!(exists.value, b"Data exists for key.");
+    let hit = read_reply(&mut c);
+    assert_eq!((hit.opcode, hit.status, hit.opaque), (GETKQ, 0, 5));
+    assert_eq!(hit.extras, 7u32.to_be_bytes());
+    assert_eq!(
+        (hit.key.as_slice(), hit.value.as_slice()),
+        (&b"a"[..], &b"alpha"[..])
+    );
+    let noop = read_reply(&mut c);
+    assert_eq!((noop.opcode, noop.status, noop.opaque), (NOOP, 0, 7));
+    // The quiet increment created the counter with its initial value, delta not applied.
+    c.send(&frame(GET, &[], b"n", b"", 8));
+    assert_eq!(read_reply(&mut c).value, b"40");
+}
+
+#[test]
+fn increment_creates_unless_told_not_to() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    c.send(&frame(
+        INCR,
+        &incr_extras(5, 10, 0xffff_ffff),
+        b"ctr",
+        b"",
+        1,
+    ));
+    let miss = read_reply(&mut c);
+    assert_eq!(
+        (miss.status, miss.opaque),
+        (1, 1),
+        "no-create expiration: Key not found"
+    );
+    c.send(&frame(INCR, &incr_extras(5, 10, 0), b"ctr", b"", 2));
+    assert_eq!(read_reply(&mut c).value, 10u64.to_be_bytes());
+    c.send(&frame(INCR, &incr_extras(5, 10, 0), b"ctr", b"", 3));
+    assert_eq!(read_reply(&mut c).value, 15u64.to_be_bytes());
+    c.send(&frame(SET, &set_extras(0, 0), b"text", b"abc", 4));
+    read_reply(&mut c);
+    c.send(&frame(INCR, &incr_extras(1, 0, 0), b"text", b"", 5));
+    assert_eq!(read_reply(&mut c).status, 6, "Non-numeric");
+}
+
+#[test]
+fn delayed_flush_keeps_items_until_then_and_touch_returns_flags() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    c.send(&frame(SET, &set_extras(3, 0), b"k", b"v", 1));
+    read_reply(&mut c);
+    // A flush a day from now leaves the item readable today.
+    c.send(&frame(FLUSH, &86_400u32.to_be_bytes(), b"", b"", 2));
+    assert_eq!(read_reply(&mut c).status, 0);
+    c.send(&frame(TOUCH, &100u32.to_be_bytes(), b"k", b"", 3));
+    let touched = read_reply(&mut c);
+    assert_eq!(
+        (touched.status, touched.extras),
+        (0, 3u32.to_be_bytes().to_vec())
+    );
+    assert!(touched.value.is_empty());
+    c.send(&frame(FLUSH, &[], b"", b"", 4));
+    read_reply(&mut c);
+    c.send(&frame(GET, &[], b"k", b"", 5));
+    assert_eq!(read_reply(&mut c).status, 1);
+}
+
+#[test]
+fn stat_streams_one_packet_per_statistic_then_an_empty_one() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    for group in [&b""[..], b"settings"] {
+        c.send(&frame(STAT, &[], group, b"", 9));
+        let mut names = Vec::new();
+        loop {
+            let r = read_reply(&mut c);
+            assert_eq!((r.opcode, r.status, r.opaque), (STAT, 0, 9));
+            if r.key.is_empty() {
+                break;
+            }
+            names.push(String::from_utf8(r.key).unwrap());
+        }
+        let want = if group.is_empty() {
+            "cmd_get"
+        } else {
+            "item_size_max"
+        };
+        assert!(names.iter().any(|n| n == want), "{names:?}");
+    }
+    c.send(&frame(STAT, &[], b"nonsense", b"", 10));
+    assert_eq!(read_reply(&mut c).status, 1);
+}
+
+#[test]
+fn protocol_is_chosen_per_connection_by_the_first_byte() {
+    let server = ServerProcess::tern(&[]);
+    let mut binary = server.connect();
+    let mut text = server.connect();
+    binary.send(&frame(SET, &set_extras(0, 0), b"shared", b"both", 1));
+    read_reply(&mut binary);
+    text.expect(b"get shared\r\n", b"VALUE shared 0 4\r\nboth\r\nEND\r\n");
+    // A text connection stays text: a 0x80 byte later is just a bad command line.
+    text.expect(b"\x80\r\n", b"ERROR\r\n");
+}
