@@ -54,6 +54,8 @@ pub struct Conn {
     pub queued: bool,
     /// Registered for writable events too (only while replies wait for the client to read).
     pub watching_writes: bool,
+    /// The peer shut down its side (epoll's RDHUP): read until end of stream.
+    pub hangup: bool,
     /// Decided once, by the connection's first byte, as memcached does.
     protocol: Protocol,
 }
@@ -90,6 +92,7 @@ impl Conn {
             peer_closed: false,
             queued: false,
             watching_writes: false,
+            hangup: false,
             protocol: Protocol::Unknown,
         }
     }
@@ -175,9 +178,10 @@ impl Conn {
                     let room = self.rbuf.len() - self.rend;
                     self.rend += n;
                     exec.worker.metrics.read_bytes(n as u64);
-                    if n < room {
+                    if n < room && !self.hangup {
                         // A short read took all the socket had; anything arriving later raises
-                        // a new edge. This saves the read that would only say WouldBlock.
+                        // a new edge. This saves the read that would only say WouldBlock. After
+                        // a hang-up the next read must run: it is the one that sees the end.
                         return Ok(false);
                     }
                 }
@@ -386,5 +390,121 @@ impl Conn {
             self.wbuf = Vec::with_capacity(READ_BUFFER);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+
+    use tern_store::{Clock, Config, Store};
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::exec::Shared;
+
+    fn shared() -> Shared {
+        let clock = Arc::new(Clock::manual(1_700_000_000));
+        let store = Store::new(Config::default(), clock).unwrap();
+        Shared::new(Settings::default(), store)
+    }
+
+    fn pair() -> (Conn, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let stream = Stream::Unix(mio::net::UnixStream::from_std(ours));
+        (Conn::new(stream), theirs)
+    }
+
+    /// Drives until the connection has nothing left to do with what it was sent.
+    fn drive_all(conn: &mut Conn, exec: &Executor<'_>, limits: &Limits) -> Drive {
+        loop {
+            match conn.drive(exec, limits) {
+                Drive::Open { again: true } => continue,
+                other => return other,
+            }
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        max_reqs_per_event: 20,
+        max_item_size: 1 << 20,
+        max_line: 1 << 20,
+    };
+
+    #[test]
+    fn a_large_value_grows_the_read_buffer_once_to_its_exact_size() {
+        let shared = shared();
+        let exec = Executor::new(&shared, 0);
+        let (mut conn, mut client) = pair();
+        let size = 1 << 20;
+        let header = format!("set big 0 0 {size}\r\n");
+        let exact = header.len() + size + 2;
+        let mut request = header.into_bytes();
+        request.extend(std::iter::repeat_n(b'v', size));
+        request.extend_from_slice(b"\r\n");
+        let mut sizes = Vec::new();
+        for chunk in request.chunks(10_000) {
+            client.write_all(chunk).unwrap();
+            assert_eq!(
+                drive_all(&mut conn, &exec, &LIMITS),
+                Drive::Open { again: false }
+            );
+            if sizes.last() != Some(&conn.rbuf.len()) {
+                sizes.push(conn.rbuf.len());
+            }
+        }
+        // 16 KiB, then the exact size once (no doubling, no step-by-step growth), then back.
+        assert_eq!(sizes[..2], [READ_BUFFER, exact]);
+        let mut reply = [0u8; 8];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"STORED\r\n");
+        client.write_all(b"get nothing\r\n").unwrap();
+        drive_all(&mut conn, &exec, &LIMITS);
+        assert_eq!(conn.rbuf.len(), READ_BUFFER, "the big buffer is given back");
+    }
+
+    #[test]
+    fn a_skipped_value_does_not_grow_the_read_buffer() {
+        let shared = shared();
+        let exec = Executor::new(&shared, 0);
+        let (mut conn, mut client) = pair();
+        let size = (1 << 20) + 1;
+        client
+            .write_all(format!("set big 0 0 {size}\r\n").as_bytes())
+            .unwrap();
+        conn.drive(&exec, &LIMITS);
+        let data = vec![b'v'; size];
+        for chunk in data.chunks(50_000) {
+            client.write_all(chunk).unwrap();
+            drive_all(&mut conn, &exec, &LIMITS);
+            assert_eq!(conn.rbuf.len(), READ_BUFFER);
+        }
+        client.write_all(b"\r\nget big\r\n").unwrap();
+        drive_all(&mut conn, &exec, &LIMITS);
+        let want = b"SERVER_ERROR object too large for cache\r\nEND\r\n";
+        let mut reply = vec![0u8; want.len()];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, want);
+    }
+
+    #[test]
+    fn the_request_budget_yields_and_resumes() {
+        // (conn_yields itself is checked end to end, through `stats`.)
+        let shared = shared();
+        let exec = Executor::new(&shared, 0);
+        let (mut conn, mut client) = pair();
+        let limits = Limits {
+            max_reqs_per_event: 3,
+            ..LIMITS
+        };
+        client.write_all(&b"version\r\n".repeat(7)).unwrap();
+        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: true });
+        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: true });
+        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: false });
+        let one = crate::exec::VERSION_REPLY.len();
+        let mut replies = vec![0u8; 7 * one];
+        client.read_exact(&mut replies).unwrap();
     }
 }

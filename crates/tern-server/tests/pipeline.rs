@@ -203,3 +203,16 @@ fn garbage_gets_answers_never_a_crash_or_a_hang() {
     let mut c = server.connect();
     c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
 }
+
+#[test]
+fn a_client_that_sends_and_hangs_up_gets_its_replies_then_the_close() {
+    let server = ServerProcess::tern(&["-t", "1"]);
+    let mut c = server.connect();
+    c.send(b"set k 0 0 1\r\nx\r\nget k\r\n");
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    c.stream
+        .read_to_end(&mut got)
+        .expect("the server closes after answering");
+    assert_eq!(got, b"STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n");
+}
