@@ -505,3 +505,22 @@ fn index_grows_under_concurrent_load() {
         }
     }
 }
+
+#[test]
+fn more_shards_than_segments_still_store_by_evicting_elsewhere() {
+    let s = store_with(Config {
+        heap_bytes: 64 << 10,
+        shards: 64,
+        ..Config::default()
+    });
+    for i in 0..5000u32 {
+        let outcome = set(&s, &i.to_le_bytes(), &stamped(i, 0, 200));
+        assert!(
+            matches!(outcome, StoreOutcome::Stored { .. }),
+            "{i}: {outcome:?}"
+        );
+        s.get(&i.to_le_bytes(), |it| verify(i, it.value)).unwrap();
+    }
+    assert!(s.stats().evictions > 0);
+    assert!(s.stats().heap_used <= 64 << 10);
+}
