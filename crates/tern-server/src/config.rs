@@ -31,7 +31,8 @@ pub struct ServeArgs {
     /// [default: 0.0.0.0, every IPv4 interface].
     #[arg(short = 'l', long, value_delimiter = ',')]
     pub listen: Vec<String>,
-    /// UDP port; 0 turns UDP off [default: 0]. UDP serving is not built yet, so only 0 is accepted.
+    /// UDP port on the listen addresses; 0 turns UDP off [default: 0]. Off unless asked for: an
+    /// open UDP port can be abused to reflect and amplify traffic.
     #[arg(short = 'U', long)]
     pub udp_port: Option<u16>,
     /// Unix socket path to listen on (in addition to TCP).
@@ -350,12 +351,6 @@ impl Settings {
         if self.hotkey_window_secs == 0 {
             bail!("--hotkey-window: the window must be at least 1 second");
         }
-        if self.udp_port != 0 {
-            bail!(
-                "-U {}: UDP is not supported yet; leave it at 0 (off)",
-                self.udp_port
-            );
-        }
         Ok(())
     }
 
@@ -514,12 +509,17 @@ mod tests {
     }
 
     #[test]
+    fn udp_is_off_by_default_and_on_with_a_port() {
+        assert_eq!(settings(&[]).unwrap().udp_port, 0);
+        assert_eq!(settings(&["-U", "11211"]).unwrap().udp_port, 11211);
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(settings(&["-I", "10"]).is_err());
         assert!(settings(&["-I", "1x"]).is_err());
         assert!(settings(&["-m", "1", "-I", "1m"]).is_err());
         assert!(settings(&["-t", "0"]).is_err());
-        assert!(settings(&["-U", "11211"]).is_err());
         assert!(settings(&["--frobnicate"]).is_err());
         assert!(settings(&["-a", "999"]).is_err());
         assert!(settings(&["--hotkey-window", "0"]).is_err());

@@ -15,6 +15,7 @@ pub mod exec;
 mod meta;
 pub mod net;
 mod process;
+mod udp;
 pub mod worker;
 
 use std::process::ExitCode;
@@ -52,6 +53,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             per_worker[worker].push(listener);
         }
         tracing::info!("listening on {addr}");
+    }
+    // UDP (-U) only when asked for: off by default, as a UDP port open to the world can be used
+    // to reflect and amplify traffic at a spoofed source address.
+    let mut udp_per_worker: Vec<Vec<mio::net::UdpSocket>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
+    if settings.udp_port != 0 {
+        for addr in settings.listen_addrs()? {
+            let addr = std::net::SocketAddr::new(addr.ip(), settings.udp_port);
+            for (worker, socket) in udp::bind(addr, settings.threads)?.into_iter().enumerate() {
+                udp_per_worker[worker].push(socket);
+            }
+            tracing::info!("listening on UDP {addr}");
+        }
     }
     if let Some(path) = &settings.unix_socket {
         // One listener suffices: unix clients are local and few.
@@ -119,10 +133,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
-    for (id, listeners) in per_worker.into_iter().enumerate() {
+    for (id, (listeners, udp)) in per_worker.into_iter().zip(udp_per_worker).enumerate() {
         let poll = Poll::new()?;
         wakers.push(Waker::new(poll.registry(), WAKER)?);
-        let worker = Worker::new(id, shared.clone(), poll, listeners)?;
+        let mut worker = Worker::new(id, shared.clone(), poll, listeners)?;
+        for socket in udp {
+            worker.add_udp(socket)?;
+        }
         threads.push(
             std::thread::Builder::new()
                 .name(format!("tern-worker-{id}"))

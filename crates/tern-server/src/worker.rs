@@ -13,10 +13,13 @@ use crate::admin::ConnEntry;
 use crate::conn::{Conn, Drive, Limits};
 use crate::exec::{Executor, Shared};
 use crate::net::Listener;
+use crate::udp::UdpServer;
 
 /// Woken by the main thread to stop.
 pub const WAKER: Token = Token(0);
 const FIRST_LISTENER: usize = 1;
+/// UDP socket tokens (`-U`) start here, above any listener's.
+const FIRST_UDP: usize = 1 << 19;
 /// Connection tokens start here (listener tokens sit below).
 const FIRST_CONN: usize = 1 << 20;
 /// How long a stopping worker waits for clients to take their last replies.
@@ -35,6 +38,8 @@ pub struct Worker {
     /// Per connection slot: its socket's descriptor and when it last brought commands in
     /// (shared with its `stats conns` entry).
     activity: Vec<(i32, Arc<AtomicU32>)>,
+    /// This worker's UDP sockets (`-U`), one per listen address.
+    udp: Vec<UdpServer>,
 }
 
 impl Worker {
@@ -75,7 +80,18 @@ impl Worker {
             again: Vec::new(),
             limits,
             activity: Vec::new(),
+            udp: Vec::new(),
         })
+    }
+
+    /// Serves memcached's UDP protocol on `socket` too, from this worker's poll.
+    pub fn add_udp(&mut self, mut socket: mio::net::UdpSocket) -> io::Result<()> {
+        let token = Token(FIRST_UDP + self.udp.len());
+        self.poll
+            .registry()
+            .register(&mut socket, token, Interest::READABLE)?;
+        self.udp.push(UdpServer::new(socket));
+        Ok(())
     }
 
     /// Runs until shutdown, then lets clients take their last replies.
@@ -111,6 +127,10 @@ impl Worker {
                             }
                         }
                         self.drive(idx)
+                    }
+                    Token(t) if t >= FIRST_UDP => {
+                        let exec = Executor::new(&self.shared, self.id);
+                        self.udp[t - FIRST_UDP].serve(&exec, self.limits.max_line);
                     }
                     Token(t) => self.accept(t - FIRST_LISTENER),
                 }

@@ -161,8 +161,6 @@ fn command_line_errors_and_help() {
     let out = serve(&["-I", "12q"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("-I 12q"));
-    let out = serve(&["-U", "11211"]);
-    assert!(!out.status.success());
     let dir = scratch("badconfig");
     let path = dir.join("bad.toml");
     std::fs::write(&path, "treads = 2\n").unwrap();

@@ -341,7 +341,7 @@ fn seeded_meta_stream_matches_memcached() {
     let memcached = ServerProcess::memcached(&[]);
     let mut t = tern.connect();
     let mut m = memcached.connect();
-    let mut rng = Rng(0x5eed_0f_7e4e);
+    let mut rng = Rng(0x005e_ed0f_7e4e);
     let mut history = Vec::new();
     for step in 0..1500 {
         let (template, key) = generate(&mut rng);

@@ -1,0 +1,178 @@
+//! memcached's UDP transport (`-U`) against the real server: datagram framing compared with
+//! Debian's memcached 1.6.18 request by request, a Python client reassembling large replies,
+//! and UDP staying off unless asked for.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use tern_testkit::{free_port, ServerProcess, PATIENCE};
+
+/// A datagram as the test compares it: frame header fields, then the payload.
+type Datagram = ((u16, u16, u16, u16), Vec<u8>);
+
+struct Client {
+    socket: UdpSocket,
+    port: u16,
+}
+
+impl Client {
+    fn new(port: u16) -> Client {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP client socket");
+        Client { socket, port }
+    }
+
+    /// Sends `payload` under the given header; returns the datagrams that come back until the
+    /// line is quiet. `expect` datagrams are waited for with the full patience; after that a
+    /// short wait makes sure nothing else follows.
+    fn exchange(&self, header: [u16; 4], payload: &[u8], expect: usize) -> Vec<Datagram> {
+        let mut datagram: Vec<u8> = header.iter().flat_map(|h| h.to_be_bytes()).collect();
+        datagram.extend_from_slice(payload);
+        self.socket
+            .send_to(&datagram, ("127.0.0.1", self.port))
+            .expect("send");
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let wait = if got.len() < expect {
+                PATIENCE
+            } else {
+                Duration::from_millis(200)
+            };
+            self.socket.set_read_timeout(Some(wait)).unwrap();
+            match self.socket.recv(&mut buf) {
+                Ok(n) => {
+                    let field = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+                    got.push(((field(0), field(2), field(4), field(6)), buf[8..n].to_vec()));
+                }
+                Err(_) if got.len() >= expect => return got,
+                Err(e) => panic!("{e}: {} of {expect} datagrams for {payload:?}", got.len()),
+            }
+        }
+    }
+}
+
+fn tcp_set(server: &ServerProcess, key: &str, value: &[u8]) {
+    let mut c = server.connect();
+    let mut request = format!("set {key} 3 0 {}\r\n", value.len()).into_bytes();
+    request.extend_from_slice(value);
+    request.extend_from_slice(b"\r\n");
+    c.expect(&request, b"STORED\r\n");
+}
+
+/// The exchanges compared: (header, payload, datagrams expected back).
+fn script() -> Vec<([u16; 4], Vec<u8>, usize)> {
+    vec![
+        // A 5020-byte reply: four datagrams of at most 1400 bytes, numbered 0..3 of 4.
+        ([7, 0, 1, 0], b"get big\r\n".to_vec(), 4),
+        // A multi-get: one message per key, END with the last.
+        ([8, 0, 1, 0], b"get a big a\r\n".to_vec(), 6),
+        ([9, 0, 1, 0], b"gets a\r\n".to_vec(), 1),
+        ([10, 0, 1, 0], b"gat 100 a missing\r\n".to_vec(), 2),
+        // Two commands in one datagram: two messages.
+        ([11, 0, 1, 0], b"set u 0 0 2\r\nhi\r\nget u\r\n".to_vec(), 2),
+        ([12, 0, 1, 0], b"mg a v f\r\n".to_vec(), 1),
+        ([13, 0, 1, 0], b"bogus\r\n".to_vec(), 1),
+        // The sequence number of a request does not matter; a count other than 1 drops it.
+        ([14, 3, 1, 0], b"get a\r\n".to_vec(), 1),
+        ([15, 0, 2, 0], b"get a\r\n".to_vec(), 0),
+        // Shorter than a header plus one byte: ignored.
+        ([16, 0, 1, 0], Vec::new(), 0),
+    ]
+}
+
+fn run(server: &ServerProcess, udp_port: u16) -> Vec<Vec<Datagram>> {
+    tcp_set(server, "a", b"1");
+    tcp_set(server, "big", &vec![b'x'; 5000]);
+    let client = Client::new(udp_port);
+    script()
+        .into_iter()
+        .map(|(header, payload, expect)| {
+            let mut got = client.exchange(header, &payload, expect);
+            for (_, payload) in &mut got {
+                // CAS values differ between servers.
+                if payload.starts_with(b"VALUE a 3 1 ") {
+                    *payload = b"VALUE a 3 1 <cas>".to_vec();
+                }
+            }
+            got
+        })
+        .collect()
+}
+
+#[test]
+fn framing_matches_memcached_datagram_by_datagram() {
+    let tern_udp = free_port();
+    let tern = ServerProcess::tern(&["-U", &tern_udp.to_string(), "-t", "2"]);
+    let memcached_udp = free_port();
+    let memcached = ServerProcess::memcached(&["-U", &memcached_udp.to_string()]);
+    let ours = run(&tern, tern_udp);
+    let theirs = run(&memcached, memcached_udp);
+    assert_eq!(ours.len(), theirs.len());
+    for ((request, ours), theirs) in script().iter().zip(&ours).zip(&theirs) {
+        assert_eq!(
+            ours,
+            theirs,
+            "reply to {:?}",
+            String::from_utf8_lossy(&request.1)
+        );
+    }
+    // The 5025-byte reply really was split: 1400-byte datagrams (1392 of payload), then the
+    // rest.
+    let sizes: Vec<usize> = ours[0].iter().map(|(_, p)| p.len() + 8).collect();
+    assert_eq!(sizes, [1400, 1400, 1400, 857]);
+}
+
+#[test]
+fn a_request_cut_off_by_its_datagram_is_dropped() {
+    // memcached 1.6.18 keeps waiting for the rest and takes the next datagram, from any
+    // client, as the data (answering that one `CLIENT_ERROR bad data chunk`); tern drops the
+    // cut request, so the next datagram is served on its own.
+    let udp_port = free_port();
+    let _server = ServerProcess::tern(&["-U", &udp_port.to_string()]);
+    let client = Client::new(udp_port);
+    assert!(client
+        .exchange([1, 0, 1, 0], b"set cut 0 0 10\r\nabc", 0)
+        .is_empty());
+    assert!(client.exchange([2, 0, 1, 0], b"get cut", 0).is_empty());
+    let reply = client.exchange([3, 0, 1, 0], b"get cut\r\n", 1);
+    assert_eq!(reply, [((3, 0, 1, 0), b"END\r\n".to_vec())]);
+}
+
+#[test]
+fn python_udp_client_reassembles_get_gets_and_gat() {
+    let udp_port = free_port();
+    let server = ServerProcess::tern(&["-U", &udp_port.to_string()]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/udp_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(server.port.to_string())
+        .arg(udp_port.to_string())
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "UDP client failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn udp_is_off_unless_asked_for() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    let settings = String::from_utf8(c.request(b"stats settings\r\n", b"END\r\n")).unwrap();
+    assert!(settings.contains("STAT udpport 0\r\n"), "{settings}");
+    // Nothing answers UDP on the server's port: the kernel refuses the datagram, which a
+    // connected socket sees as an error (or, at worst, as silence).
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.connect(("127.0.0.1", server.port)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    socket.send(b"\0\x01\0\0\0\x01\0\0get a\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    assert!(socket.recv(&mut buf).is_err(), "a UDP reply without -U");
+}
