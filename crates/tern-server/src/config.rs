@@ -71,8 +71,8 @@ pub struct ServeArgs {
     /// Lock all memory (mlockall); fails with a message when the OS refuses (RLIMIT_MEMLOCK).
     #[arg(short = 'k', long)]
     pub lock_memory: bool,
-    /// Ask for large memory pages for the item heap (recorded and shown in `stats settings`; the
-    /// current store engine does not use them yet).
+    /// Ask for large memory pages for the item heap (MAP_HUGETLB where huge pages are reserved,
+    /// else transparent huge pages).
     #[arg(short = 'L', long)]
     pub enable_largepages: bool,
     /// Allow the `shutdown` command.

@@ -109,6 +109,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Eviction::default()
             },
             cas_enabled: !settings.disable_cas,
+            large_pages: settings.enable_largepages,
+            lock_memory: settings.lock_memory,
             ..Config::default()
         },
         clock.clone(),

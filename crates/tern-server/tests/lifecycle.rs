@@ -323,7 +323,16 @@ fn dash_k_locks_memory_or_says_why_not() {
 fn the_verbosity_command_raises_the_log_level() {
     let port = free_port();
     let child = Command::new(tern_bin())
-        .args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+        // One worker: the start-up probe is accepted (quietly) before this test's commands run.
+        .args([
+            "serve",
+            "-t",
+            "1",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
