@@ -7,8 +7,7 @@
 //! carrying the request's id, its sequence number and the message's datagram count. A request
 //! that says it spans several datagrams is dropped, as memcached drops it; so is a request cut
 //! off by the end of its datagram (a line without its newline, a storage command without all
-//! of its data). Binary requests (first payload byte 0x80) are answered as one message per
-//! datagram.
+//! of its data). Binary requests (first payload byte 0x80) get one message per frame.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,8 +16,9 @@ use anyhow::Context;
 use mio::net::UdpSocket;
 use socket2::{Domain, Socket, Type};
 use tern_proto::ascii::{self, Command, Frame, Keys};
+use tern_proto::binary as bin;
 
-use crate::exec::Executor;
+use crate::exec::{After, Executor};
 use crate::{binary, meta};
 
 /// The frame header memcached puts before every UDP payload.
@@ -145,10 +145,21 @@ impl Responder<'_> {
 
 /// Runs the requests of one datagram's payload, one response message each.
 fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: &mut Responder) {
-    if payload.first() == Some(&tern_proto::binary::REQUEST_MAGIC) {
-        // The whole datagram's frames; an incomplete one at the end is dropped.
-        binary::serve(exec, payload, usize::MAX, out.reply);
-        out.send();
+    if payload.first() == Some(&bin::REQUEST_MAGIC) {
+        // One message per frame, as memcached answers; the frame's length is in its header,
+        // and a frame cut off by the end of the datagram is dropped.
+        while payload.len() >= bin::HEADER_LEN {
+            let body = u32::from_be_bytes([payload[8], payload[9], payload[10], payload[11]]);
+            let Some(frame) = payload.get(..bin::HEADER_LEN + body as usize) else {
+                return;
+            };
+            let progress = binary::serve(exec, frame, usize::MAX, out.reply);
+            out.send();
+            if progress.after != After::Continue {
+                return;
+            }
+            payload = &payload[frame.len()..];
+        }
         return;
     }
     while !payload.is_empty() {

@@ -79,7 +79,18 @@ fn script() -> Vec<([u16; 4], Vec<u8>, usize)> {
         ([15, 0, 2, 0], b"get a\r\n".to_vec(), 0),
         // Shorter than a header plus one byte: ignored.
         ([16, 0, 1, 0], Vec::new(), 0),
+        // Binary frames: GetK of "a", then Noop; one message each.
+        ([17, 0, 1, 0], binary_getk_noop(), 2),
     ]
+}
+
+fn binary_getk_noop() -> Vec<u8> {
+    let mut frames = vec![0x80, 0x0c, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 77];
+    frames.extend_from_slice(&[0; 8]);
+    frames.push(b'a');
+    frames.extend_from_slice(&[0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 78]);
+    frames.extend_from_slice(&[0; 8]);
+    frames
 }
 
 fn run(server: &ServerProcess, udp_port: u16) -> Vec<Vec<Datagram>> {
@@ -94,6 +105,10 @@ fn run(server: &ServerProcess, udp_port: u16) -> Vec<Vec<Datagram>> {
                 // CAS values differ between servers.
                 if payload.starts_with(b"VALUE a 3 1 ") {
                     *payload = b"VALUE a 3 1 <cas>".to_vec();
+                }
+                // A binary reply's CAS: bytes 16..24 of its header.
+                if payload.first() == Some(&0x81) && payload.len() >= 24 {
+                    payload[16..24].fill(0);
                 }
             }
             got
