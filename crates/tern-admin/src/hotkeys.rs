@@ -117,6 +117,12 @@ impl Sketch {
                 self.cells[i] = new;
             }
         }
+        // A listed key's count is its estimate when last counted, and estimates only grow, so
+        // its new estimate is above the list's minimum. An estimate not above it means the key
+        // is not listed and cannot enter: skip the scan (most samples of a long tail end here).
+        if self.top.len() == capacity && new <= self.top[self.min_index].count {
+            return;
+        }
         if let Some(pos) = self.top.iter().position(|c| c.hash == hash && c.key == key) {
             self.top[pos].count = new;
             if pos == self.min_index {
@@ -503,6 +509,35 @@ mod tests {
             .current
             .estimate(hot.hasher.hash_one(b"k"));
         assert!((9_000..11_000).contains(&sampled), "sampled {sampled}");
+    }
+
+    #[test]
+    fn a_full_list_keeps_counting_listed_keys_and_admits_risers() {
+        let mut sketch = Sketch::new(1024);
+        let hash = |k: &[u8]| RandomState::new().hash_one(k);
+        let keys: Vec<(&[u8], u64)> = [&b"a"[..], b"b", b"c", b"d", b"e"]
+            .iter()
+            .map(|&k| (k, hash(k)))
+            .collect();
+        for &(k, h) in &keys[..4] {
+            for _ in 0..3 {
+                sketch.insert(k, h, 4);
+            }
+        }
+        // "e" estimates 1, not above the minimum 3: not admitted (the scan is skipped).
+        let (e, eh) = keys[4];
+        sketch.insert(e, eh, 4);
+        assert!(sketch.top.iter().all(|c| c.key != e));
+        // A listed key is still found and counted.
+        sketch.insert(keys[0].0, keys[0].1, 4);
+        let count = |s: &Sketch, k: &[u8]| s.top.iter().find(|c| c.key == k).map(|c| c.count);
+        assert_eq!(count(&sketch, b"a"), Some(4));
+        // "e" rising above the minimum takes the smallest slot.
+        for _ in 0..3 {
+            sketch.insert(e, eh, 4);
+        }
+        assert_eq!(count(&sketch, b"e"), Some(4));
+        assert_eq!(sketch.top.len(), 4);
     }
 
     #[test]
