@@ -83,6 +83,14 @@ fn daemon_mode_writes_and_removes_the_pidfile() {
         pid = text.trim().parse().unwrap_or(0);
         text.ends_with('\n') && pid != 0
     });
+    // Killed even when an assertion below fails, so a failed run leaves no daemon behind.
+    struct Reap(u32);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").arg(self.0.to_string()).status();
+        }
+    }
+    let _reap = Reap(pid);
     wait_for("the daemon to accept", || {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
