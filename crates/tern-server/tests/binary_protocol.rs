@@ -256,3 +256,33 @@ fn protocol_is_chosen_per_connection_by_the_first_byte() {
     // A text connection stays text: a 0x80 byte later is just a bad command line.
     text.expect(b"\x80\r\n", b"ERROR\r\n");
 }
+
+#[test]
+fn large_values_arrive_whole_and_too_large_ones_are_skipped() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    c.send(&frame(SET, &set_extras(1, 0), b"big", &big, 1));
+    assert_eq!(read_reply(&mut c).status, 0);
+    c.send(&frame(GET, &[], b"big", b"", 2));
+    let got = read_reply(&mut c);
+    assert_eq!((got.status, got.value.len()), (0, big.len()));
+    assert!(got.value == big, "the value came back changed");
+    // Over the 1 MiB item limit: Too large, the old value removed, and the frame's bytes
+    // (sent in pieces) skipped so the next request is read correctly.
+    let huge = frame(
+        SET,
+        &set_extras(0, 0),
+        b"big",
+        &vec![b'h'; (1 << 20) + 1],
+        3,
+    );
+    for piece in huge.chunks(300_000) {
+        c.send(piece);
+    }
+    let refused = read_reply(&mut c);
+    assert_eq!((refused.status, refused.opaque), (3, 3));
+    c.send(&frame(GET, &[], b"big", b"", 4));
+    let after = read_reply(&mut c);
+    assert_eq!((after.status, after.opaque), (1, 4));
+}
