@@ -1,4 +1,4 @@
-//! An item as laid out in a segment: a 4-to-15-byte header, the key, the value. No padding and
+//! An item as laid out in a segment: a 4-to-23-byte header, the key, the value. No padding and
 //! no per-item CAS, time stamp or pointers: the CAS comes from where the item lives (see
 //! `Store::cas_of`), the TTL group from the segment, and the hash index points at the item.
 //!
@@ -6,9 +6,11 @@
 //! byte 0      key length (1..=250)
 //! byte 1      bits: value-length width (2 bits), has-flags, has-expiry, fetched, stale,
 //!             win-token-sent, referenced (read since written or last merged)
-//! byte 2      last access, as a coarse age relative to the segment's creation (`encode_age`)
+//! byte 2      top bit: has an explicit CAS; low 7 bits: last access, as a coarse age relative
+//!             to the segment's creation (`encode_age`)
 //! 3..         value length, 1-4 bytes little-endian
 //!             client flags, 4 bytes, only when non-zero
+//!             CAS, 8 bytes, only for an item rewritten by a touch (it keeps its unique)
 //!             expiry (unix seconds), 4 bytes, only when the item has a deadline
 //!             key, value
 //! ```
@@ -21,6 +23,9 @@ pub(crate) const STALE: u8 = 1 << 5;
 pub(crate) const WIN_SENT: u8 = 1 << 6;
 pub(crate) const REFERENCED: u8 = 1 << 7;
 
+/// In the access byte: the item carries its CAS (see the layout above).
+const HAS_CAS: u8 = 0x80;
+const AGE_MASK: u8 = 0x7f;
 const BITS: usize = 1;
 const ACCESS: usize = 2;
 const VLEN: usize = 3;
@@ -35,6 +40,8 @@ pub(crate) struct Header {
     pub(crate) flags: u32,
     /// 0 = never.
     pub(crate) expiry: u32,
+    /// The CAS kept from before a rewrite; otherwise the item's place gives it.
+    pub(crate) cas: Option<u64>,
     pub(crate) len: usize,
 }
 
@@ -72,12 +79,21 @@ fn vlen_width(value_len: usize) -> usize {
 
 /// Header bytes for an item with these fields; `expiry_field` keeps room for a deadline even
 /// when there is none yet (large items, so a touch can set one in place).
-pub(crate) fn header_len(value_len: usize, flags: u32, expiry_field: bool) -> usize {
-    VLEN + vlen_width(value_len) + if flags != 0 { 4 } else { 0 } + if expiry_field { 4 } else { 0 }
+pub(crate) fn header_len(value_len: usize, flags: u32, expiry_field: bool, cas: bool) -> usize {
+    VLEN + vlen_width(value_len)
+        + if flags != 0 { 4 } else { 0 }
+        + if cas { 8 } else { 0 }
+        + if expiry_field { 4 } else { 0 }
 }
 
-pub(crate) fn item_size(key_len: usize, value_len: usize, flags: u32, expiry_field: bool) -> usize {
-    header_len(value_len, flags, expiry_field) + key_len + value_len
+pub(crate) fn item_size(
+    key_len: usize,
+    value_len: usize,
+    flags: u32,
+    expiry_field: bool,
+    cas: bool,
+) -> usize {
+    header_len(value_len, flags, expiry_field, cas) + key_len + value_len
 }
 
 /// Writes header, key and the value (given in up to two parts, for append/prepend) at the
@@ -90,6 +106,7 @@ pub(crate) fn write(
     flags: u32,
     expiry: u32,
     expiry_field: bool,
+    cas: Option<u64>,
     parts: [&[u8]; 2],
     keep_bits: u8,
     access: u8,
@@ -99,13 +116,17 @@ pub(crate) fn write(
     let width = vlen_width(value_len);
     let mut bits = (width as u8 - 1) | (keep_bits & !(VLEN_WIDTH | HAS_FLAGS | HAS_EXPIRY));
     buf[0] = key.len() as u8;
-    buf[ACCESS] = access;
+    buf[ACCESS] = (access & AGE_MASK) | if cas.is_some() { HAS_CAS } else { 0 };
     buf[VLEN..VLEN + width].copy_from_slice(&(value_len as u32).to_le_bytes()[..width]);
     let mut at = VLEN + width;
     if flags != 0 {
         bits |= HAS_FLAGS;
         buf[at..at + 4].copy_from_slice(&flags.to_le_bytes());
         at += 4;
+    }
+    if let Some(cas) = cas {
+        buf[at..at + 8].copy_from_slice(&cas.to_le_bytes());
+        at += 8;
     }
     if expiry_field {
         bits |= HAS_EXPIRY;
@@ -131,6 +152,13 @@ pub(crate) fn parse(item: &[u8]) -> Header {
         flags = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
         at += 4;
     }
+    let mut cas = None;
+    if item[ACCESS] & HAS_CAS != 0 {
+        cas = Some(u64::from_le_bytes(
+            item[at..at + 8].try_into().expect("8 bytes"),
+        ));
+        at += 8;
+    }
     let mut expiry = 0;
     if bits & HAS_EXPIRY != 0 {
         expiry = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
@@ -138,11 +166,12 @@ pub(crate) fn parse(item: &[u8]) -> Header {
     }
     Header {
         bits,
-        access: item[ACCESS],
+        access: item[ACCESS] & AGE_MASK,
         key_len: item[0] as usize,
         value_len: u32::from_le_bytes(raw) as usize,
         flags,
         expiry,
+        cas,
         len: at,
     }
 }
@@ -152,28 +181,28 @@ pub(crate) fn set_bits(item: &mut [u8], set: u8, clear: u8) {
 }
 
 pub(crate) fn set_access(item: &mut [u8], access: u8) {
-    item[ACCESS] = access;
+    item[ACCESS] = (item[ACCESS] & HAS_CAS) | (access & AGE_MASK);
 }
 
-/// Seconds of age in one byte: exact below 64 s, then 8 steps per doubling (within 12.5%),
-/// saturating after about 17 years. Used for "last access", which memcached's meta `l` flag
+/// Seconds of age in 7 bits: exact below 32 s, then 4 steps per doubling (within 25%),
+/// saturating after about 8 years. Used for "last access", which memcached's meta `l` flag
 /// reports in seconds and which may be coarse.
 pub(crate) fn encode_age(secs: u32) -> u8 {
-    if secs < 64 {
+    if secs < 32 {
         return secs as u8;
     }
-    let exp = 31 - secs.leading_zeros(); // >= 6
-    let mantissa = (secs >> (exp - 3)) & 7;
-    (64 + (exp - 6) * 8 + mantissa).min(255) as u8
+    let exp = 31 - secs.leading_zeros(); // >= 5
+    let mantissa = (secs >> (exp - 2)) & 3;
+    (32 + (exp - 5) * 4 + mantissa).min(AGE_MASK as u32) as u8
 }
 
 pub(crate) fn decode_age(code: u8) -> u32 {
-    if code < 64 {
+    if code < 32 {
         return code as u32;
     }
-    let exp = (code as u32 - 64) / 8 + 6;
-    let mantissa = (code as u32 - 64) % 8;
-    (8 + mantissa) << (exp - 3)
+    let exp = (code as u32 - 32) / 4 + 5;
+    let mantissa = (code as u32 - 32) % 4;
+    (4 + mantissa) << (exp - 2)
 }
 
 #[cfg(test)]
@@ -191,7 +220,8 @@ mod tests {
         ] {
             let key = b"some-key";
             let value = vec![b'v'; value_len];
-            let size = item_size(key.len(), value_len, flags, expiry != 0);
+            let cas = (flags == 7).then_some(u64::MAX - 3);
+            let size = item_size(key.len(), value_len, flags, expiry != 0, cas.is_some());
             let mut buf = vec![0; size + 3];
             write(
                 &mut buf,
@@ -199,6 +229,7 @@ mod tests {
                 flags,
                 expiry,
                 expiry != 0,
+                cas,
                 [&value, &[]],
                 FETCHED,
                 9,
@@ -207,11 +238,16 @@ mod tests {
             assert_eq!(h.size(), size);
             assert_eq!(h.key(&buf), key);
             assert_eq!(&buf[h.value_range()], &value[..]);
-            assert_eq!((h.flags, h.expiry, h.access), (flags, expiry, 9));
+            assert_eq!(
+                (h.flags, h.expiry, h.access, h.cas),
+                (flags, expiry, 9, cas)
+            );
+            set_access(&mut buf, 100);
+            assert_eq!((parse(&buf).access, parse(&buf).cas), (100, cas));
             assert!(h.has(FETCHED));
         }
-        assert_eq!(item_size(10, 32, 0, false), 10 + 32 + 4);
-        assert_eq!(encode_age(u32::MAX), 255);
+        assert_eq!(item_size(10, 32, 0, false, false), 10 + 32 + 4);
+        assert_eq!(encode_age(u32::MAX), 127);
     }
 
     #[test]
@@ -222,7 +258,7 @@ mod tests {
             assert!(code >= last);
             last = code;
             let back = decode_age(code);
-            assert!(back <= secs && (secs - back) as u64 * 8 <= secs as u64 + 8);
+            assert!(back <= secs && (secs - back) as u64 * 4 <= secs as u64 + 4);
         }
     }
 }

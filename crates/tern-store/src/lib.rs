@@ -168,8 +168,8 @@ pub struct ItemView<'a> {
     pub expiry: Expiry,
     /// Fetched before this read since it was stored (meta's `h`).
     pub fetched: bool,
-    /// Last access before this read, in unix seconds; coarse: exact for 64 s after the
-    /// item's segment was opened, then within 12.5% of the segment's age (meta's `l`).
+    /// Last access before this read, in unix seconds; coarse: exact for 32 s after the
+    /// item's segment was opened, then within 25% of the segment's age (meta's `l`).
     pub last_access: UnixSecs,
     /// Marked stale by [`Store::invalidate`] (meta's `X`).
     pub stale: bool,
@@ -282,8 +282,8 @@ const AUTO_MAX_SEGMENT: usize = 256 << 10;
 /// memcached's KEY_MAX_LENGTH.
 const MAX_KEY: usize = 250;
 /// An item this close to a segment's size goes to the large-item path, so a rewrite that adds
-/// an expiry field (a touch) always fits an ordinary segment.
-const GROWTH_ROOM: usize = 8;
+/// an expiry field and a kept CAS (a touch, 12 bytes) always fits an ordinary segment.
+const GROWTH_ROOM: usize = 16;
 /// Largest value of `never` in a segment's `max_expiry`: some item there never expires.
 const NEVER_EXPIRES: u32 = u32::MAX;
 
@@ -637,11 +637,20 @@ impl Store {
         }
     }
 
-    fn cas_of(&self, loc: Loc) -> u64 {
+    /// The CAS unique of an item written at `loc` (its place).
+    fn place_cas(&self, loc: Loc) -> u64 {
         if self.config.cas_enabled {
             (self.meta(loc.seg).epoch.load(Relaxed) << OFFSET_BITS) | loc.off as u64
         } else {
             0
+        }
+    }
+
+    /// The CAS unique of a stored item: the one it kept through a rewrite, else its place's.
+    fn cas_of(&self, loc: Loc, hdr: &Header) -> u64 {
+        match hdr.cas {
+            Some(cas) if self.config.cas_enabled => cas,
+            _ => self.place_cas(loc),
         }
     }
 
@@ -1123,13 +1132,14 @@ impl Store {
         old: Option<Found>,
         flags: u32,
         expiry: u32,
+        cas: Option<u64>,
         parts: [&[u8]; 2],
         keep_bits: u8,
         now: UnixSecs,
     ) -> Option<Loc> {
         let churn = sh.churn;
         let value_len = parts[0].len() + parts[1].len();
-        let size = item::item_size(key.len(), value_len, flags, expiry != 0);
+        let size = item::item_size(key.len(), value_len, flags, expiry != 0, cas.is_some());
         debug_assert!(self.fits_segment(size));
         let loc = self.reserve(sh, size, group_of(expiry, now), now)?;
         let created = get32(&self.meta(loc.seg).created);
@@ -1144,6 +1154,7 @@ impl Store {
                 flags,
                 expiry,
                 expiry != 0,
+                cas,
                 parts,
                 keep_bits,
                 access,
@@ -1326,7 +1337,7 @@ impl Store {
         if let Some(expiry) = touch {
             found = self.set_expiry(sh, found, key, tag, expiry.0, now)?;
         }
-        let cas = self.cas_of(found.loc);
+        let cas = self.cas_of(found.loc, &found.hdr);
         let created = get32(&self.meta(found.loc.seg).created);
         let h = found.hdr;
         // SAFETY: the item's segment belongs to this locked shard; the only slice alive, and it
@@ -1415,6 +1426,8 @@ impl Store {
             Some(found),
             h.flags,
             expiry,
+            // A touch keeps the item's CAS unique, as memcached's does.
+            self.config.cas_enabled.then(|| self.cas_of(found.loc, &h)),
             [&scratch, &[]],
             keep,
             now,
@@ -1454,7 +1467,7 @@ impl Store {
                     return self.give_up(run, StoreOutcome::NotStored)
                 }
                 (StoreOp::Cas(_), None) => return self.give_up(run, StoreOutcome::NotFound),
-                (StoreOp::Cas(unique), Some(f)) if self.cas_of(f.loc) != unique => {
+                (StoreOp::Cas(unique), Some(f)) if self.cas_of(f.loc, &f.hdr) != unique => {
                     return self.give_up(run, StoreOutcome::Exists)
                 }
                 // append/prepend keep the item's flags and expiry, as memcached does.
@@ -1479,14 +1492,21 @@ impl Store {
                 sh.scratch = scratch;
                 return self.fail(sh, op, key, tag, run, StoreOutcome::TooLarge);
             }
-            if self.fits_segment(item::item_size(key.len(), value_len, flags, expiry != 0)) {
-                let written = self.put_small(sh, key, tag, found, flags, expiry, parts, 0, now);
+            if self.fits_segment(item::item_size(
+                key.len(),
+                value_len,
+                flags,
+                expiry != 0,
+                false,
+            )) {
+                let written =
+                    self.put_small(sh, key, tag, found, flags, expiry, None, parts, 0, now);
                 sh.scratch = scratch;
                 return match written {
                     Some(loc) => self.give_up(
                         run,
                         StoreOutcome::Stored {
-                            cas: self.cas_of(loc),
+                            cas: self.place_cas(loc),
                         },
                     ),
                     None => self.fail(sh, op, key, tag, run, StoreOutcome::OutOfMemory),
@@ -1494,7 +1514,7 @@ impl Store {
             }
             // Large item: it takes a run of whole segments, with room for a deadline so a
             // touch never has to move it.
-            let size = item::item_size(key.len(), value_len, flags, true);
+            let size = item::item_size(key.len(), value_len, flags, true, false);
             let len = size.div_ceil(self.segment_size());
             if let Some((start, run_len)) = run.take() {
                 if run_len == len {
@@ -1502,7 +1522,7 @@ impl Store {
                         // SAFETY: the run was reserved by this call and is not linked yet, so
                         // nothing else refers to its bytes; the slice ends here.
                         let bytes = unsafe { self.segment(start) };
-                        item::write(bytes, key, flags, expiry, true, parts, 0, 0);
+                        item::write(bytes, key, flags, expiry, true, None, parts, 0, 0);
                     }
                     sh.scratch = scratch;
                     self.adopt_run(sh, start, len, size, group_of(expiry, now), now);
@@ -1511,7 +1531,7 @@ impl Store {
                     let loc = Loc { seg: start, off: 0 };
                     self.link(sh, key, tag, loc, hdr, None);
                     return StoreOutcome::Stored {
-                        cas: self.cas_of(loc),
+                        cas: self.place_cas(loc),
                     };
                 }
                 // The size changed under a concurrent append: reserve again.
@@ -1638,6 +1658,7 @@ impl Store {
             Some(found),
             h.flags,
             h.expiry,
+            None,
             [&scratch, &[]],
             keep,
             now,

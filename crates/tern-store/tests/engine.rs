@@ -304,6 +304,9 @@ fn cas_changes_with_every_version_and_only_then() {
         assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
         assert!(s.touch(b"k", Expiry::NEVER));
         assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
+        // A deadline for a never-expiring item rewrites it, keeping its CAS.
+        assert!(s.touch(b"k", Expiry::from_exptime(1000, T0)));
+        assert_eq!(s.get_and_touch(b"k", Expiry::NEVER, |it| it.cas), Ok(cas));
     }
     set(&s, b"n", b"1");
     let before = s.get(b"n", |it| it.cas).unwrap();
