@@ -19,8 +19,9 @@
 //!   few segments of a chain are compacted into one, keeping items read since they were
 //!   written, dropping the rest), `Fifo`, `Random`; `None` answers out-of-memory.
 //! - An item larger than a segment takes a run of contiguous segments from the same heap.
-//! - The CAS unique is the item's place: (segment epoch << 20) | offset. Every write goes to a
-//!   fresh place, so every stored version gets a new unique at no per-item cost.
+//! - The CAS unique is the item's place: (segment epoch << log2(segment size)) | offset. Every
+//!   write goes to a fresh place, so every stored version gets a new unique at no per-item cost;
+//!   a touch that must move an item carries its unique along.
 
 pub mod clock;
 mod heap;
@@ -637,10 +638,12 @@ impl Store {
         }
     }
 
-    /// The CAS unique of an item written at `loc` (its place).
+    /// The CAS unique of an item written at `loc` (its place). Offsets are below the segment
+    /// size, so shifting the epoch by the segment size's bits keeps uniques distinct and as
+    /// small as they can be (they grow by one segment's worth per segment opened).
     fn place_cas(&self, loc: Loc) -> u64 {
         if self.config.cas_enabled {
-            (self.meta(loc.seg).epoch.load(Relaxed) << OFFSET_BITS) | loc.off as u64
+            (self.meta(loc.seg).epoch.load(Relaxed) << self.segment_shift) | loc.off as u64
         } else {
             0
         }
