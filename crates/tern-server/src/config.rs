@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
+use tern_store::Eviction;
+use tern_tune::pin::PinSpec;
 
 /// `tern serve`'s command line. Options left out come from `--config FILE`, then the defaults.
 #[derive(clap::Args, Debug, Default)]
@@ -21,7 +23,7 @@ pub struct ServeArgs {
     /// unix_mask, memory_limit, threads, conn_limit, max_reqs_per_event, listen_backlog,
     /// max_item_size, disable_evictions, disable_cas, lock_memory, enable_largepages,
     /// enable_shutdown, disable_flush_all, verbose, daemon, user, pidfile, admin_port,
-    /// hotkey_sample_rate, hotkey_window).
+    /// hotkey_sample_rate, hotkey_window, eviction, pin, numa_node).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// TCP port to listen on [default: 11211].
@@ -104,6 +106,19 @@ pub struct ServeArgs {
     /// Hot keys: the sliding window request rates are measured over, in seconds [default: 10].
     #[arg(long, value_name = "SECS")]
     pub hotkey_window: Option<u64>,
+    /// What to evict when memory is full: merge (segcache-style, keeps frequently read items),
+    /// fifo, random, or none (same as -M) [default: merge].
+    #[arg(long, value_name = "POLICY")]
+    pub eviction: Option<String>,
+    /// Pin each worker thread to one CPU: a CPU list (worker i on the i-th CPU, e.g. 2-5,8) or
+    /// `auto` (skips CPU 0 and the CPUs network interrupts are steered to, when there are enough
+    /// others) [default: unpinned].
+    #[arg(long, value_name = "auto|CPULIST")]
+    pub pin: Option<String>,
+    /// Keep the heap and the worker threads on this NUMA node (memory policy bound to the node;
+    /// threads on its CPUs, or on the --pin CPUs, which must be on the node).
+    #[arg(long, value_name = "N")]
+    pub numa_node: Option<usize>,
     /// Print the version and exit.
     #[arg(short = 'V', long)]
     pub version: bool,
@@ -137,6 +152,9 @@ struct FileConfig {
     admin_port: Option<u16>,
     hotkey_sample_rate: Option<u32>,
     hotkey_window: Option<u64>,
+    eviction: Option<String>,
+    pin: Option<String>,
+    numa_node: Option<usize>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -183,6 +201,10 @@ pub struct Settings {
     pub hotkey_sample_rate: u32,
     /// The hot-key window in seconds.
     pub hotkey_window_secs: u64,
+    /// `--eviction`; `-M` overrides it (see [`Settings::effective_eviction`]).
+    pub eviction: Eviction,
+    pub pin: Option<PinSpec>,
+    pub numa_node: Option<usize>,
 }
 
 impl Default for Settings {
@@ -213,6 +235,9 @@ impl Default for Settings {
             admin_port: None,
             hotkey_sample_rate: 64,
             hotkey_window_secs: 10,
+            eviction: Eviction::default(),
+            pin: None,
+            numa_node: None,
         }
     }
 }
@@ -252,6 +277,7 @@ impl Settings {
         if f.admin_port.is_some() {
             self.admin_port = f.admin_port;
         }
+        self.apply_placement(f.eviction.as_deref(), f.pin.as_deref(), f.numa_node)?;
         if let Some(listen) = f.listen {
             self.listen = match listen {
                 OneOrMany::One(s) => split_list(&s),
@@ -294,6 +320,7 @@ impl Settings {
         if a.admin_port.is_some() {
             self.admin_port = a.admin_port;
         }
+        self.apply_placement(a.eviction.as_deref(), a.pin.as_deref(), a.numa_node)?;
         if !a.listen.is_empty() {
             self.listen = a.listen.iter().flat_map(|s| split_list(s)).collect();
         }
@@ -324,6 +351,39 @@ impl Settings {
             self.pidfile = a.pidfile.clone();
         }
         Ok(())
+    }
+
+    /// `eviction`, `pin` and `numa_node`, from the file or the flags.
+    fn apply_placement(
+        &mut self,
+        eviction: Option<&str>,
+        pin: Option<&str>,
+        numa_node: Option<usize>,
+    ) -> anyhow::Result<()> {
+        if let Some(policy) = eviction {
+            self.eviction = policy.parse().map_err(|_| {
+                anyhow::anyhow!("--eviction {policy}: expected merge, fifo, random or none")
+            })?;
+        }
+        if let Some(spec) = pin {
+            self.pin = Some(
+                spec.parse()
+                    .with_context(|| format!("--pin {spec}: expected auto or a CPU list"))?,
+            );
+        }
+        if numa_node.is_some() {
+            self.numa_node = numa_node;
+        }
+        Ok(())
+    }
+
+    /// The store's eviction policy: `-M` wins over `--eviction`.
+    pub fn effective_eviction(&self) -> Eviction {
+        if self.disable_evictions {
+            Eviction::None
+        } else {
+            self.eviction
+        }
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -570,5 +630,41 @@ mod tests {
             .map(|a| a.to_string())
             .collect();
         assert_eq!(addrs, ["127.0.0.1:7000", "127.0.0.2:7001", "[::1]:7000"]);
+    }
+
+    #[test]
+    fn eviction_pin_and_node_from_flags_and_file() {
+        let s = settings(&["--eviction", "fifo", "--pin", "1-2", "--numa-node", "0"]).unwrap();
+        assert_eq!(s.effective_eviction(), Eviction::Fifo);
+        assert_eq!(s.pin, Some("1-2".parse().unwrap()));
+        assert_eq!(s.numa_node, Some(0));
+        // -M means no eviction whatever --eviction says, as memcached users expect of -M.
+        let s = settings(&["--eviction", "random", "-M"]).unwrap();
+        assert_eq!(s.effective_eviction(), Eviction::None);
+        assert_eq!(
+            settings(&["--pin", "auto"]).unwrap().pin,
+            Some(PinSpec::Auto)
+        );
+        assert!(settings(&["--eviction", "lru"]).is_err());
+        assert!(settings(&["--pin", "x"]).is_err());
+
+        let dir = std::env::temp_dir().join(format!("tern-placement-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tern.toml");
+        std::fs::write(
+            &path,
+            "eviction = \"random\"\npin = \"auto\"\nnuma_node = 0\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let s = settings(&["--config", p]).unwrap();
+        assert_eq!(
+            (s.effective_eviction(), s.pin.clone(), s.numa_node),
+            (Eviction::Random, Some(PinSpec::Auto), Some(0))
+        );
+        let s = settings(&["--config", p, "--eviction", "none", "--pin", "1"]).unwrap();
+        assert_eq!(s.effective_eviction(), Eviction::None);
+        assert_eq!(s.pin, Some("1".parse().unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -44,6 +44,8 @@ pub struct Shared {
     pub set_log_level: Option<LogLevelSetter>,
     /// Set once: stop accepting, finish in-flight replies, exit.
     pub shutdown: AtomicBool,
+    /// Each worker's CPU under `--pin` (`0,1`), or `unpinned`; for `stats settings`.
+    pub worker_cpus: String,
 }
 
 impl Shared {
@@ -62,6 +64,7 @@ impl Shared {
             conn_tables: (0..settings.threads).map(|_| Mutex::default()).collect(),
             verbosity: AtomicU32::new(u32::from(settings.verbose)),
             set_log_level: None,
+            worker_cpus: "unpinned".into(),
             settings,
             store,
             curr_connections: AtomicUsize::new(0),
@@ -420,7 +423,9 @@ impl Shared {
             .map_or("NULL".to_string(), |p| p.display().to_string());
         let verbosity = self.verbosity.load(Ordering::Relaxed);
         let admin_port = s.admin_port.map_or("off".to_string(), |p| p.to_string());
-        let lines: [(&str, &dyn std::fmt::Display); 22] = [
+        let numa_node = s.numa_node.map_or("off".to_string(), |n| n.to_string());
+        let eviction = format!("{:?}", s.effective_eviction()).to_lowercase();
+        let lines: [(&str, &dyn std::fmt::Display); 25] = [
             ("maxbytes", &(s.memory_limit_mb << 20)),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
@@ -443,6 +448,9 @@ impl Shared {
             ("admin_port", &admin_port),
             ("hotkey_sample_rate", &s.hotkey_sample_rate),
             ("hotkey_window", &s.hotkey_window_secs),
+            ("eviction", &eviction),
+            ("worker_cpus", &self.worker_cpus),
+            ("numa_node", &numa_node),
         ];
         lines
             .iter()

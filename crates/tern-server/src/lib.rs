@@ -6,6 +6,7 @@
 //! - [`exec`]: the command executor (store calls, recording, replies) and the shared state;
 //! - [`admin`]: what each worker records (tern-admin's metrics, latency batch, hot-key
 //!   sampler), the snapshot `stats` and the admin endpoint read, `stats conns`' sockets.
+//! - [`placement`]: `--pin` and `--numa-node`: worker CPUs and the heap's node, by tern-tune's rules.
 
 pub mod admin;
 mod binary;
@@ -14,6 +15,7 @@ pub mod conn;
 pub mod exec;
 mod meta;
 pub mod net;
+mod placement;
 mod process;
 mod udp;
 pub mod worker;
@@ -27,9 +29,10 @@ use anyhow::Context;
 pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
 use signal_hook::consts::{SIGINT, SIGTERM};
-use tern_store::{Clock, Config, Eviction, Store};
+use tern_store::{Clock, Config, Store};
 
 use crate::exec::Shared;
+use crate::placement::Placement;
 use crate::worker::{Worker, WAKER};
 
 /// How often the background thread asks the store to reclaim expired items.
@@ -59,8 +62,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut udp_per_worker: Vec<Vec<mio::net::UdpSocket>> =
         (0..settings.threads).map(|_| Vec::new()).collect();
     if settings.udp_port != 0 {
+        // One UDP socket per address, however many TCP ports listen on it.
+        let mut udp_addrs = Vec::new();
         for addr in settings.listen_addrs()? {
             let addr = std::net::SocketAddr::new(addr.ip(), settings.udp_port);
+            if !udp_addrs.contains(&addr) {
+                udp_addrs.push(addr);
+            }
+        }
+        for addr in udp_addrs {
             for (worker, socket) in udp::bind(addr, settings.threads)?.into_iter().enumerate() {
                 udp_per_worker[worker].push(socket);
             }
@@ -98,16 +108,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         process::drop_privileges(user)?;
     }
 
+    // Before the heap is mapped, so its pages come from the --numa-node node.
+    let placement = Placement::plan(&settings)?;
+    placement.bind_memory()?;
     let clock = Arc::new(Clock::system());
     let store = Store::new(
         Config {
             heap_bytes: settings.memory_limit_mb << 20,
             max_item_size: settings.max_item_size,
-            eviction: if settings.disable_evictions {
-                Eviction::None
-            } else {
-                Eviction::default()
-            },
+            eviction: settings.effective_eviction(),
             cas_enabled: !settings.disable_cas,
             large_pages: settings.enable_largepages,
             lock_memory: settings.lock_memory,
@@ -121,6 +130,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let unix_socket = settings.unix_socket.clone();
     let mut shared = Shared::new(settings, store);
     shared.set_log_level = log_level;
+    shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).
     let _admin = match admin_listener {
@@ -142,6 +152,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         for socket in udp {
             worker.add_udp(socket)?;
         }
+        // The thread inherits the main thread's affinity at spawn.
+        placement.enter_worker(id)?;
         threads.push(
             std::thread::Builder::new()
                 .name(format!("tern-worker-{id}"))
@@ -149,6 +161,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("starting a worker thread (with -k, its stack counts against the locked-memory limit)")?,
         );
     }
+    placement.enter_background()?;
     let clock_thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
