@@ -175,6 +175,32 @@ fn python_udp_client_reassembles_get_gets_and_gat() {
 }
 
 #[test]
+fn tern_bench_udp_gets_run_clean() {
+    // tern bench --udp sends to the UDP port with the TCP port's number, as memcslap does:
+    // listen on that number too (`-l addr:port` beside the test kit's own port).
+    let port = free_port();
+    let _server =
+        ServerProcess::tern(&["-l", &format!("127.0.0.1:{port}"), "-U", &port.to_string()]);
+    let out = Command::new(tern_testkit::tern_bin())
+        .args([
+            "bench",
+            "-s",
+            &format!("127.0.0.1:{port}"),
+            "--udp",
+            "-n",
+            "2000",
+        ])
+        .output()
+        .expect("run tern bench");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("(2000 replies)"), "{text}");
+    assert!(text.contains("hit ratio    100.00%"), "{text}");
+    assert!(text.contains("errors       0 ("), "{text}");
+}
+
+#[test]
 fn udp_is_off_unless_asked_for() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();
