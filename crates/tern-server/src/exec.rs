@@ -439,7 +439,8 @@ impl Shared {
             ("reqs_per_event", &s.max_reqs_per_event),
             ("cas_enabled", &yes_no(!s.disable_cas)),
             ("tcp_backlog", &s.listen_backlog),
-            ("binding_protocol", &"ascii"),
+            // Text or binary, chosen per connection by its first byte, as memcached -B auto.
+            ("binding_protocol", &"auto-negotiate"),
             ("item_size_max", &s.max_item_size),
             ("flush_enabled", &yes_no(!s.disable_flush_all)),
             ("shutdown_command", &yes_no(s.enable_shutdown)),

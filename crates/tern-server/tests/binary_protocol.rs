@@ -255,6 +255,11 @@ fn protocol_is_chosen_per_connection_by_the_first_byte() {
     text.expect(b"get shared\r\n", b"VALUE shared 0 4\r\nboth\r\nEND\r\n");
     // A text connection stays text: a 0x80 byte later is just a bad command line.
     text.expect(b"\x80\r\n", b"ERROR\r\n");
+    let settings = String::from_utf8(text.request(b"stats settings\r\n", b"END\r\n")).unwrap();
+    assert!(
+        settings.contains("STAT binding_protocol auto-negotiate\r\n"),
+        "{settings}"
+    );
 }
 
 #[test]
