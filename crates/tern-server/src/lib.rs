@@ -4,6 +4,9 @@
 //! - [`worker`]: one mio event loop per thread, accepting and driving connections;
 //! - [`conn`]: a connection's buffers, pipelining, `-R` and backpressure;
 //! - [`exec`]: the command executor (store calls, recording, replies) and the shared state;
+//! - `binary`, `meta`: the binary protocol (a connection whose first byte is 0x80) and the meta
+//!   commands in the text stream, run against the same store and recording;
+//! - `udp`: memcached's UDP transport (`-U`), a socket per worker in the worker's poll;
 //! - [`admin`]: what each worker records (tern-admin's metrics, latency batch, hot-key
 //!   sampler), the snapshot `stats` and the admin endpoint read, `stats conns`' sockets.
 //! - [`placement`]: `--pin` and `--numa-node`: worker CPUs and the heap's node, by tern-tune's rules.
