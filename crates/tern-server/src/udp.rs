@@ -27,6 +27,9 @@ pub const HEADER: usize = 8;
 pub const DATAGRAM: usize = 1400;
 /// Largest request datagram read, as memcached's UDP read buffer.
 const RECEIVE: usize = 64 * 1024;
+/// Datagrams served per turn of the event loop, so a flood of them cannot starve the worker's
+/// TCP connections; the worker comes back for the rest after serving those.
+pub const DATAGRAMS_PER_TURN: usize = 64;
 
 /// Binds `workers` UDP sockets on `addr`, sharing the port through SO_REUSEPORT (the kernel
 /// spreads datagrams by source address over the workers).
@@ -67,9 +70,10 @@ impl UdpServer {
         }
     }
 
-    /// Answers every datagram waiting on the socket (edge-triggered: read until empty).
-    pub fn serve(&mut self, exec: &Executor<'_>, max_line: usize) {
-        loop {
+    /// Answers the datagrams waiting on the socket, up to [`DATAGRAMS_PER_TURN`]. True when it
+    /// stopped there: more may be waiting, and no new readiness edge will say so.
+    pub fn serve(&mut self, exec: &Executor<'_>, max_line: usize) -> bool {
+        for _ in 0..DATAGRAMS_PER_TURN {
             let (len, peer) = match self.socket.recv_from(&mut self.request) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -77,7 +81,7 @@ impl UdpServer {
                     if e.kind() != io::ErrorKind::WouldBlock {
                         tracing::debug!("UDP receive failed: {e}");
                     }
-                    return;
+                    return false;
                 }
             };
             exec.worker.metrics.read_bytes(len as u64);
@@ -97,6 +101,7 @@ impl UdpServer {
             };
             serve_payload(exec, &request[HEADER..], max_line, &mut out);
         }
+        true
     }
 }
 
@@ -234,5 +239,44 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
         }
         out.send();
         payload = payload.get(used..).unwrap_or(&[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tern_store::{Clock, Config, Store};
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::exec::Shared;
+
+    #[test]
+    fn a_turn_serves_a_bounded_number_of_datagrams() {
+        let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
+        let shared = Shared::new(Settings::default(), store);
+        let exec = Executor::new(&shared, 0);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let mut server = UdpServer::new(UdpSocket::from_std(socket));
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let waiting = DATAGRAMS_PER_TURN + 10;
+        for id in 0..waiting as u16 {
+            let mut datagram = [id.to_be_bytes(), [0, 0], [0, 1], [0, 0]].concat();
+            datagram.extend_from_slice(b"get k\r\n");
+            client.send_to(&datagram, addr).unwrap();
+        }
+        assert!(server.serve(&exec, 2048), "stops at the budget");
+        assert!(!server.serve(&exec, 2048), "then drains the rest");
+        client.set_nonblocking(true).unwrap();
+        let mut replies = 0;
+        let mut buf = [0u8; 64];
+        while let Ok(n) = client.recv(&mut buf) {
+            assert_eq!(&buf[8..n], b"END\r\n");
+            replies += 1;
+        }
+        assert_eq!(replies, waiting);
     }
 }

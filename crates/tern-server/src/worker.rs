@@ -40,6 +40,8 @@ pub struct Worker {
     activity: Vec<(i32, Arc<AtomicU32>)>,
     /// This worker's UDP sockets (`-U`), one per listen address.
     udp: Vec<UdpServer>,
+    /// UDP sockets that stopped at their per-turn budget with datagrams left.
+    udp_again: Vec<usize>,
 }
 
 impl Worker {
@@ -81,6 +83,7 @@ impl Worker {
             limits,
             activity: Vec::new(),
             udp: Vec::new(),
+            udp_again: Vec::new(),
         })
     }
 
@@ -99,7 +102,7 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut draining_since: Option<Instant> = None;
         loop {
-            let timeout = if !self.again.is_empty() {
+            let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
                 Some(Duration::ZERO)
             } else if draining_since.is_some() {
                 Some(Duration::from_millis(50))
@@ -128,10 +131,7 @@ impl Worker {
                         }
                         self.drive(idx)
                     }
-                    Token(t) if t >= FIRST_UDP => {
-                        let exec = Executor::new(&self.shared, self.id);
-                        self.udp[t - FIRST_UDP].serve(&exec, self.limits.max_line);
-                    }
+                    Token(t) if t >= FIRST_UDP => self.serve_udp(t - FIRST_UDP),
                     Token(t) => self.accept(t - FIRST_LISTENER),
                 }
             }
@@ -140,6 +140,9 @@ impl Worker {
                     conn.queued = false;
                     self.drive(idx);
                 }
+            }
+            for idx in std::mem::take(&mut self.udp_again) {
+                self.serve_udp(idx);
             }
             if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
                 self.begin_drain();
@@ -156,6 +159,14 @@ impl Worker {
             self.close(idx);
         }
         tracing::debug!(worker = self.id, "stopped");
+    }
+
+    fn serve_udp(&mut self, idx: usize) {
+        let exec = Executor::new(&self.shared, self.id);
+        let more = self.udp[idx].serve(&exec, self.limits.max_line);
+        if more && !self.udp_again.contains(&idx) {
+            self.udp_again.push(idx);
+        }
     }
 
     fn accept(&mut self, listener: usize) {
