@@ -16,7 +16,7 @@ extra=("$@")
 [ ${#extra[@]} -gt 0 ] || extra=(-T 1 -c 32 -X 256)
 
 cargo build --release -q -p tern
-tern=target/release/tern
+tern=${CARGO_TARGET_DIR:-target}/release/tern
 ticks=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

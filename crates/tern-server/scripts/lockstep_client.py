@@ -1,9 +1,10 @@
 """Drives a memcached-compatible server in lockstep for instruction counting: preloads the keys,
 then sends batches of exactly 16 requests (13 gets, 3 sets of 256-byte values: ~80/20) in one
 write each and waits for all 16 replies before the next, so every server wake-up serves one
-whole batch and two runs differ only in how many batches they serve.
+whole batch and two runs differ only in how many batches they serve. With MODE `get`, a batch is
+100 gets instead (the cost of a get alone).
 
-usage: lockstep_client.py PORT BATCHES
+usage: lockstep_client.py PORT BATCHES [mix|get]
 """
 import socket
 import sys
@@ -29,6 +30,7 @@ def exchange(sock, request, replies):
 
 def main():
     port, batches = int(sys.argv[1]), int(sys.argv[2])
+    gets_only = len(sys.argv) > 3 and sys.argv[3] == "get"
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for start in range(0, KEYS, 16):
@@ -37,10 +39,10 @@ def main():
     n = 0
     for _ in range(batches):
         parts, lines = [], 0
-        for j in range(16):
+        for j in range(100 if gets_only else 16):
             k = key(n * 7919)
             n += 1
-            if j % 5 == 4 and j < 15:
+            if not gets_only and j % 5 == 4 and j < 15:
                 parts.append(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(VALUE), VALUE))
                 lines += 1
             else:
