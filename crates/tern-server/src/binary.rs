@@ -14,7 +14,7 @@ use tern_proto::ascii::{self, Keys};
 use tern_proto::binary::{
     self as bin, ArithMode, Command, ConcatMode, Opcode, Parsed, Request, Status, StoreMode, Then,
 };
-use tern_store::{Arith, ArithError, Expiry, Miss, StoreOp, StoreOutcome};
+use tern_store::{Arith, ArithError, Expiry, Miss, Refused, StoreOp, StoreOutcome};
 
 use crate::exec::{After, Executor, VERSION_REPLY};
 
@@ -109,23 +109,10 @@ fn status_reply(out: &mut Vec<u8>, req: &Request<'_>, status: Status, cas: u64) 
     }
 }
 
-/// The item's CAS, or `None` when it is not there. Used to check a request CAS where the store
-/// has no compare-and-swap form of the operation (delete, incr/decr, append/prepend): the check
-/// and the change are two locked steps, so a writer on another worker may slip in between.
-fn current_cas(exec: &Executor<'_>, key: &[u8]) -> Option<u64> {
-    exec.shared.store.get(key, |item| item.cas).ok()
-}
-
-/// `Some(status)` when a nonzero request CAS rules the operation out.
-fn cas_mismatch(exec: &Executor<'_>, key: &[u8], cas: u64) -> Option<Status> {
-    if cas == 0 {
-        return None;
-    }
-    match current_cas(exec, key) {
-        None => Some(Status::KeyNotFound),
-        Some(current) if current != cas => Some(Status::KeyExists),
-        Some(_) => None,
-    }
+/// The CAS a request's change is conditioned on: any nonzero request CAS, which the store
+/// checks in the same locked step as the change.
+fn expected_cas(req: &Request<'_>) -> Option<u64> {
+    (req.cas != 0).then_some(req.cas)
 }
 
 fn execute(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
@@ -210,43 +197,28 @@ fn execute(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
                 ConcatMode::Append => Op::Append,
                 ConcatMode::Prepend => Op::Prepend,
             };
-            let status = match cas_mismatch(exec, key, req.cas) {
-                Some(Status::KeyNotFound) => Some(Status::NotStored),
-                other => other,
+            let op = match mode {
+                ConcatMode::Append => StoreOp::Append(expected_cas(req)),
+                ConcatMode::Prepend => StoreOp::Prepend(expected_cas(req)),
             };
-            let (status, cas) = match status {
-                Some(status) => {
-                    exec.record_key(metric, Outcome::Exists, key);
-                    (status, 0)
-                }
-                None => {
-                    let op = match mode {
-                        ConcatMode::Append => StoreOp::Append,
-                        ConcatMode::Prepend => StoreOp::Prepend,
-                    };
-                    // Flags and expiry are the item's; the store ignores these for append.
-                    let outcome = store.store(op, key, 0, Expiry::NEVER, value);
-                    exec.record_key(metric, store_outcome(outcome), key);
-                    match outcome {
-                        StoreOutcome::Stored { cas } => (Status::Success, cas),
-                        StoreOutcome::TooLarge => (Status::TooLarge, 0),
-                        StoreOutcome::OutOfMemory => (Status::OutOfMemory, 0),
-                        _ => (Status::NotStored, 0),
-                    }
-                }
+            // Flags and expiry are the item's; the store ignores these for append.
+            let outcome = store.store(op, key, 0, Expiry::NEVER, value);
+            exec.record_key(metric, store_outcome(outcome), key);
+            let (status, cas) = match outcome {
+                StoreOutcome::Stored { cas } => (Status::Success, cas),
+                StoreOutcome::Exists => (Status::KeyExists, 0),
+                StoreOutcome::TooLarge => (Status::TooLarge, 0),
+                StoreOutcome::OutOfMemory => (Status::OutOfMemory, 0),
+                // A missing item, with or without a CAS, as memcached answers it.
+                _ => (Status::NotStored, 0),
             };
             status_reply(out, req, status, cas);
         }
         Command::Delete { key } => {
-            let status = match cas_mismatch(exec, key, req.cas) {
-                Some(status) => status,
-                None if store.delete(key) => Status::Success,
-                None => Status::KeyNotFound,
-            };
-            let outcome = match status {
-                Status::Success => Outcome::Hit,
-                Status::KeyNotFound => Outcome::Miss,
-                _ => Outcome::Exists,
+            let (status, outcome) = match store.delete_checked(key, expected_cas(req)) {
+                Ok(()) => (Status::Success, Outcome::Hit),
+                Err(Refused::NotFound) => (Status::KeyNotFound, Outcome::Miss),
+                Err(Refused::Exists) => (Status::KeyExists, Outcome::Exists),
             };
             exec.record_key(Op::Delete, outcome, key);
             status_reply(out, req, status, 0);
@@ -333,22 +305,20 @@ fn arithmetic(
         ArithMode::Increment => (Arith::Incr, Op::Incr),
         ArithMode::Decrement => (Arith::Decr, Op::Decr),
     };
-    if let Some(status) = cas_mismatch(exec, key, req.cas) {
-        exec.record_key(metric, Outcome::Exists, key);
-        status_reply(out, req, status, 0);
-        return;
-    }
-    // Two tries: a miss creates the item with Add, and if another client created it first the
-    // arithmetic applies to theirs.
+    // Two tries: a miss creates the item with Add (a request CAS or not, as memcached does),
+    // and if another client created it first the arithmetic applies to theirs.
     for _ in 0..2 {
-        let status = match store.incr_decr(key, op, delta) {
-            Ok(value) => {
+        let status = match store.incr_decr(key, op, delta, expected_cas(req)) {
+            Ok(counted) => {
                 exec.record_key(metric, Outcome::Hit, key);
-                let cas = current_cas(exec, key).unwrap_or(0);
                 if !bin::reply_suppressed(req.opcode, Status::Success) {
-                    bin::write_counter(out, req.opcode, req.opaque, cas, value);
+                    bin::write_counter(out, req.opcode, req.opaque, counted.cas, counted.value);
                 }
                 return;
+            }
+            Err(ArithError::Exists) => {
+                exec.record_key(metric, Outcome::Exists, key);
+                Status::KeyExists
             }
             Err(ArithError::NonNumeric) => {
                 exec.record_key(metric, Outcome::Error, key);

@@ -155,21 +155,23 @@ impl<'a> Executor<'a> {
                 } else {
                     (Arith::Decr, Op::Decr)
                 };
-                let result = store.incr_decr(key, op, delta);
+                let result = store.incr_decr(key, op, delta, None);
                 let outcome = match result {
                     Ok(_) => Outcome::Hit,
                     Err(ArithError::NotFound) => Outcome::Miss,
+                    Err(ArithError::Exists) => Outcome::Exists,
                     Err(ArithError::NonNumeric) => Outcome::Error,
                     Err(ArithError::OutOfMemory) => Outcome::NoMemory,
                 };
                 self.record_key(metric, outcome, key);
                 match result {
-                    Ok(n) => {
+                    Ok(counted) => {
                         if !noreply {
-                            ascii::encode_number(out, n);
+                            ascii::encode_number(out, counted.value);
                         }
                     }
                     Err(ArithError::NotFound) => reply(out, noreply, ascii::NOT_FOUND),
+                    Err(ArithError::Exists) => reply(out, noreply, ascii::EXISTS),
                     Err(ArithError::NonNumeric) => reply(out, noreply, ascii::NON_NUMERIC),
                     Err(ArithError::OutOfMemory) => reply(out, noreply, ascii::OUT_OF_MEMORY),
                 }
@@ -315,8 +317,8 @@ impl<'a> Executor<'a> {
             StoreKind::Set => StoreOp::Set,
             StoreKind::Add => StoreOp::Add,
             StoreKind::Replace => StoreOp::Replace,
-            StoreKind::Append => StoreOp::Append,
-            StoreKind::Prepend => StoreOp::Prepend,
+            StoreKind::Append => StoreOp::Append(None),
+            StoreKind::Prepend => StoreOp::Prepend(None),
             StoreKind::Cas => StoreOp::Cas(cas_unique),
         };
         let outcome = self

@@ -2,9 +2,10 @@
 //! the line and encodes replies, this module runs them against the store with the semantics of
 //! memcached's protocol.txt (see `tern_proto::meta`'s module docs for each command).
 //!
-//! Where the store offers no single locked step for what a flag asks (a CAS check before delete,
-//! arithmetic or append; `ms I` with an older CAS), the executor checks, then acts: another
-//! worker's write can land in between, which memcached's item lock would have excluded.
+//! A `C` check on `md`, `ma` and `ms` is made by the store in the same locked step as the
+//! change, as memcached makes it under its item lock. Where the store offers no single locked
+//! step for what a flag asks (`ms I` with an older CAS; `md x`'s flags and TTL without `C`),
+//! the executor reads, then acts: another worker's write can land in between.
 
 use std::io::Write as _;
 
@@ -13,7 +14,7 @@ use tern_proto::ascii;
 use tern_proto::meta::{
     self, ArithMode, Code, Command, DebugInfo, ErrorReply, ItemInfo, Request, SetMode,
 };
-use tern_store::{Arith, ArithError, Expiry, Marks, Miss, StoreOp, StoreOutcome};
+use tern_store::{Arith, ArithError, Expiry, Marks, Miss, Refused, StoreOp, StoreOutcome};
 
 use crate::exec::Executor;
 
@@ -80,20 +81,6 @@ pub fn run(exec: &Executor<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) ->
 
 fn expiry(exec: &Executor<'_>, ttl: i32) -> Expiry {
     Expiry::from_exptime(i64::from(ttl), exec.shared.store.clock().now())
-}
-
-fn current_cas(exec: &Executor<'_>, key: &[u8]) -> Option<u64> {
-    exec.shared.store.get(key, |item| item.cas).ok()
-}
-
-/// The reply code when a `C` flag rules the request out.
-fn cas_check(exec: &Executor<'_>, req: &Request<'_>) -> Option<Code> {
-    let want = req.flags.compare_cas?;
-    match current_cas(exec, req.key.bytes()) {
-        None => Some(Code::NotFound),
-        Some(cas) if cas != want => Some(Code::Exists),
-        Some(_) => None,
-    }
 }
 
 fn get(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
@@ -174,6 +161,7 @@ fn set(exec: &Executor<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out:
     let mut stale_over: Option<Marks> = None;
     let op = match (mode, f.compare_cas) {
         // With `C`, replace is a compare-and-swap like set (NF when missing).
+        (SetMode::Set | SetMode::Replace, Some(want)) if !f.invalidate => StoreOp::Cas(want),
         (SetMode::Set | SetMode::Replace, Some(want)) => {
             let old = store.get(key, |item| (item.cas, item.expiry, item.win_sent));
             match old {
@@ -191,22 +179,13 @@ fn set(exec: &Executor<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out:
         (SetMode::Set, None) => StoreOp::Set,
         (SetMode::Add, _) => StoreOp::Add,
         (SetMode::Replace, None) => StoreOp::Replace,
-        (SetMode::Append | SetMode::Prepend, _) => {
-            // A missing item is left to the store (NS, or created with `N`).
-            if cas_check(exec, req) == Some(Code::Exists) {
-                exec.record_key(Op::MetaSet, Outcome::Exists, key);
-                meta::write_reply(out, req, Code::Exists, None, b"");
-                return;
-            }
-            if mode == SetMode::Append {
-                StoreOp::Append
-            } else {
-                StoreOp::Prepend
-            }
-        }
+        // A missing item is NS whatever `C` says (or created with `N`).
+        (SetMode::Append, want) => StoreOp::Append(want),
+        (SetMode::Prepend, want) => StoreOp::Prepend(want),
     };
     let mut outcome = store.store(op, key, f.client_flags, ttl, value);
-    if outcome == StoreOutcome::NotStored && matches!(op, StoreOp::Append | StoreOp::Prepend) {
+    if outcome == StoreOutcome::NotStored && matches!(op, StoreOp::Append(_) | StoreOp::Prepend(_))
+    {
         // Newer memcached: `N` on append/prepend creates the item from the data.
         if let Some(vivify) = f.vivify_ttl {
             let ttl = expiry(exec, vivify);
@@ -245,44 +224,40 @@ fn delete(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let store = &exec.shared.store;
     let f = &req.flags;
     let key = req.key.bytes();
-    if let Some(code) = cas_check(exec, req) {
-        let outcome = if code == Code::NotFound {
-            Outcome::Miss
-        } else {
-            Outcome::Exists
-        };
-        exec.record_key(Op::MetaDelete, outcome, key);
-        meta::write_reply(out, req, code, None, b"");
-        return;
-    }
-    let mut present = true;
-    if f.remove_value {
-        // `x`: keep the item (flags, TTL) with an empty value.
-        let item = store.get(key, |item| (item.flags, item.expiry)).ok();
-        present = match item {
-            Some((flags, expiry)) => matches!(
-                store.store(StoreOp::Replace, key, flags, expiry, b""),
-                StoreOutcome::Stored { .. }
-            ),
-            None => false,
-        };
-    }
-    let done = if !present {
-        false
+    let want = f.compare_cas;
+    let ttl = f.ttl.map(|ttl| expiry(exec, ttl));
+    let done = if f.remove_value {
+        // `x`: keep the item (flags, TTL) with an empty value. With `C`, the rewrite is a
+        // compare-and-swap on the version whose flags and TTL were read.
+        match store.get(key, |item| (item.flags, item.expiry, item.cas)) {
+            Err(_) => Err(Refused::NotFound),
+            Ok((_, _, cas)) if want.is_some_and(|want| want != cas) => Err(Refused::Exists),
+            Ok((flags, expiry, cas)) => {
+                let op = if want.is_some() {
+                    StoreOp::Cas(cas)
+                } else {
+                    StoreOp::Replace
+                };
+                match store.store(op, key, flags, expiry, b"") {
+                    StoreOutcome::Stored { .. } if f.invalidate => store.invalidate(key, ttl, None),
+                    StoreOutcome::Stored { .. } => Ok(()),
+                    StoreOutcome::Exists => Err(Refused::Exists),
+                    _ => Err(Refused::NotFound),
+                }
+            }
+        }
     } else if f.invalidate {
-        store.invalidate(key, f.ttl.map(|ttl| expiry(exec, ttl)))
-    } else if f.remove_value {
-        true
+        store.invalidate(key, ttl, want)
     } else {
-        store.delete(key)
+        store.delete_checked(key, want)
     };
-    if done {
-        exec.record_key(Op::MetaDelete, Outcome::Hit, key);
-        meta::write_reply(out, req, Code::Stored, None, b"");
-    } else {
-        exec.record_key(Op::MetaDelete, Outcome::Miss, key);
-        meta::write_reply(out, req, Code::NotFound, None, b"");
-    }
+    let (outcome, code) = match done {
+        Ok(()) => (Outcome::Hit, Code::Stored),
+        Err(Refused::NotFound) => (Outcome::Miss, Code::NotFound),
+        Err(Refused::Exists) => (Outcome::Exists, Code::Exists),
+    };
+    exec.record_key(Op::MetaDelete, outcome, key);
+    meta::write_reply(out, req, code, None, b"");
 }
 
 fn arithmetic(exec: &Executor<'_>, req: &Request<'_>, mode: ArithMode, out: &mut Vec<u8>) {
@@ -294,12 +269,6 @@ fn arithmetic(exec: &Executor<'_>, req: &Request<'_>, mode: ArithMode, out: &mut
         ArithMode::Decrement => Arith::Decr,
     };
     let record = |outcome| exec.record_key(Op::MetaArithmetic, outcome, key);
-    // A missing item is vivified or NF whatever `C` says, as memcached does.
-    if cas_check(exec, req) == Some(Code::Exists) {
-        record(Outcome::Exists);
-        meta::write_reply(out, req, Code::Exists, None, b"");
-        return;
-    }
     // memcached's `q` hides an arithmetic success, but not the reply for a vivified item.
     let mut shown = *req;
     let code = if f.return_value {
@@ -308,29 +277,32 @@ fn arithmetic(exec: &Executor<'_>, req: &Request<'_>, mode: ArithMode, out: &mut
         Code::Stored
     };
     let mut digits = Vec::with_capacity(20);
-    // Two tries: a miss with `N` creates the item, and if another client created it first the
-    // arithmetic applies to theirs.
-    // memcached's incr/decr keeps an item stale with its win token out; tern's store writes a
-    // new version without those marks, so they are carried over here.
-    let marks = store
-        .get(key, |item| Marks {
-            stale: item.stale,
-            win_sent: item.win_sent,
-        })
-        .unwrap_or_default();
+    // Two tries: a miss with `N` creates the item (whatever `C` says, as memcached does), and
+    // if another client created it first the arithmetic applies to theirs.
     for _ in 0..2 {
-        // What `c`/`t` report for an item this request created, known without reading it.
-        let mut created = None;
-        let number = match store.incr_decr(key, op, f.delta) {
-            Ok(n) => {
+        let now = store.clock().now();
+        // What `c`/`t` report, from the store's answer: reading the item back would mark it
+        // fetched (`h`), which memcached's arithmetic does not.
+        let (number, info) = match store.incr_decr(key, op, f.delta, f.compare_cas) {
+            Ok(counted) => {
                 record(Outcome::Hit);
-                if marks != Marks::default() {
-                    let _ = store.get_marked(key, None, |_, m| *m = marks);
+                let mut ttl = counted.expiry;
+                if let Some(new) = f.ttl {
+                    ttl = expiry(exec, new);
+                    // A touch keeps the CAS, so `counted.cas` still names this version.
+                    store.touch(key, ttl);
                 }
-                if let Some(ttl) = f.ttl {
-                    store.touch(key, expiry(exec, ttl));
-                }
-                n
+                let info = ItemInfo {
+                    cas: counted.cas,
+                    ttl: ttl.remaining(now),
+                    ..ItemInfo::default()
+                };
+                (counted.value, info)
+            }
+            Err(ArithError::Exists) => {
+                record(Outcome::Exists);
+                meta::write_reply(out, req, Code::Exists, None, b"");
+                return;
             }
             Err(ArithError::NonNumeric) => {
                 record(Outcome::Error);
@@ -354,12 +326,12 @@ fn arithmetic(exec: &Executor<'_>, req: &Request<'_>, mode: ArithMode, out: &mut
                 match store.store(StoreOp::Add, key, 0, ttl, &digits) {
                     StoreOutcome::Stored { cas } => {
                         shown.flags.quiet = false;
-                        created = Some(ItemInfo {
+                        let info = ItemInfo {
                             cas,
-                            ttl: ttl.remaining(store.clock().now()),
+                            ttl: ttl.remaining(now),
                             ..ItemInfo::default()
-                        });
-                        f.initial
+                        };
+                        (f.initial, info)
                     }
                     StoreOutcome::NotStored => continue,
                     _ => {
@@ -371,22 +343,6 @@ fn arithmetic(exec: &Executor<'_>, req: &Request<'_>, mode: ArithMode, out: &mut
         };
         digits.clear();
         let _ = write!(digits, "{number}");
-        // Read the item back only for `c`/`t`: the store's read marks it fetched (`h`),
-        // which memcached's arithmetic does not.
-        let now = store.clock().now();
-        let info = if let Some(info) = created {
-            info
-        } else if f.return_cas || f.return_ttl {
-            store
-                .get(key, |item| ItemInfo {
-                    cas: item.cas,
-                    ttl: item.expiry.remaining(now),
-                    ..ItemInfo::default()
-                })
-                .unwrap_or_default()
-        } else {
-            ItemInfo::default()
-        };
         meta::write_reply(out, &shown, code, Some(&info), &digits);
         return;
     }

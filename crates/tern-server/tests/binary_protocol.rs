@@ -9,10 +9,12 @@ use tern_testkit::{Conn, ServerProcess};
 const MAGIC: u8 = 0x80;
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
+const DELETE: u8 = 0x04;
 const INCR: u8 = 0x05;
 const FLUSH: u8 = 0x08;
 const GETQ: u8 = 0x09;
 const NOOP: u8 = 0x0a;
+const APPEND: u8 = 0x0e;
 const GETKQ: u8 = 0x0d;
 const STAT: u8 = 0x10;
 const SETQ: u8 = 0x11;
@@ -33,6 +35,12 @@ fn frame(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Ve
     f
 }
 
+/// `frame` with a request CAS: the change must apply only to the item's version `cas`.
+fn with_cas(mut frame: Vec<u8>, cas: u64) -> Vec<u8> {
+    frame[16..24].copy_from_slice(&cas.to_be_bytes());
+    frame
+}
+
 fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {
     [flags.to_be_bytes(), exptime.to_be_bytes()].concat()
 }
@@ -51,6 +59,7 @@ struct Reply {
     opcode: u8,
     status: u16,
     opaque: u32,
+    cas: u64,
     extras: Vec<u8>,
     key: Vec<u8>,
     value: Vec<u8>,
@@ -67,6 +76,7 @@ fn read_reply(c: &mut Conn) -> Reply {
         opcode: h[1],
         status: u16::from_be_bytes([h[6], h[7]]),
         opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        cas: u64::from_be_bytes(h[16..24].try_into().unwrap()),
         extras: body[..extras_len].to_vec(),
         key: body[extras_len..extras_len + key_len].to_vec(),
         value: body[extras_len + key_len..].to_vec(),
@@ -195,6 +205,43 @@ fn increment_creates_unless_told_not_to() {
     read_reply(&mut c);
     c.send(&frame(INCR, &incr_extras(1, 0, 0), b"text", b"", 5));
     assert_eq!(read_reply(&mut c).status, 6, "Non-numeric");
+}
+
+#[test]
+fn a_stale_request_cas_is_refused_on_delete_arithmetic_and_append() {
+    const KEY_EXISTS: u16 = 2;
+    let server = ServerProcess::tern(&[]);
+    let (mut a, mut b) = (server.connect(), server.connect());
+    a.send(&frame(SET, &set_extras(0, 0), b"n", b"5", 1));
+    let seen = read_reply(&mut a).cas;
+    // Another connection writes after `a` learned the CAS: every change `a` conditions on it
+    // is refused and leaves the other connection's value in place.
+    b.send(&frame(INCR, &incr_extras(1, 0, 0), b"n", b"", 2));
+    let other = read_reply(&mut b);
+    assert_eq!(other.value, 6u64.to_be_bytes());
+    for request in [
+        frame(DELETE, &[], b"n", b"", 3),
+        frame(INCR, &incr_extras(1, 0, 0), b"n", b"", 4),
+        frame(APPEND, &[], b"n", b"0", 5),
+    ] {
+        a.send(&with_cas(request, seen));
+        assert_eq!(read_reply(&mut a).status, KEY_EXISTS);
+    }
+    a.send(&frame(GET, &[], b"n", b"", 6));
+    let got = read_reply(&mut a);
+    assert_eq!((got.value.as_slice(), got.cas), (&b"6"[..], other.cas));
+    // The incr reply's CAS names the version it wrote: conditioned changes on it go through.
+    a.send(&with_cas(
+        frame(INCR, &incr_extras(1, 0, 0), b"n", b"", 7),
+        other.cas,
+    ));
+    let counted = read_reply(&mut a);
+    assert_eq!(
+        (counted.status, counted.value),
+        (0, 7u64.to_be_bytes().to_vec())
+    );
+    a.send(&with_cas(frame(DELETE, &[], b"n", b"", 8), counted.cas));
+    assert_eq!(read_reply(&mut a).status, 0);
 }
 
 #[test]

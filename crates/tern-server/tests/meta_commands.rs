@@ -83,6 +83,35 @@ fn current_cas(c: &mut Conn, key: &str) -> u64 {
 }
 
 #[test]
+fn a_stale_cas_is_refused_on_delete_arithmetic_and_append() {
+    let server = ServerProcess::tern(&[]);
+    let (mut a, mut b) = (server.connect(), server.connect());
+    check(&mut a, "ms n 1\r\n5\r\n", "HD\r\n");
+    let seen = current_cas(&mut a, "n");
+    // Another connection writes after `a` read the CAS: every change `a` conditions on it is
+    // refused and leaves the other connection's value in place.
+    check(&mut b, "ma n v\r\n", "VA 1\r\n6\r\n");
+    check(&mut a, &format!("md n C{seen}\r\n"), "EX\r\n");
+    check(&mut a, &format!("md n I C{seen}\r\n"), "EX\r\n");
+    check(&mut a, &format!("ma n v C{seen}\r\n"), "EX\r\n");
+    check(&mut a, &format!("ms n 1 MA C{seen}\r\n0\r\n"), "EX\r\n");
+    check(&mut a, &format!("ms n 1 MP C{seen}\r\n0\r\n"), "EX\r\n");
+    check(&mut a, "mg n v\r\n", "VA 1\r\n6\r\n");
+    // `ma c` reports the CAS of the version it wrote: the next conditioned change may name it.
+    let current = current_cas(&mut a, "n");
+    let reply = ask(&mut a, &format!("ma n v c C{current}\r\n"));
+    let written: u64 = reply
+        .split(['\r', ' '])
+        .find_map(|t| t.strip_prefix('c'))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no CAS in {reply:?}"));
+    assert_eq!(without_cas(&reply), "VA 1 c*\r\n7\r\n");
+    assert_eq!(current_cas(&mut a, "n"), written);
+    check(&mut a, &format!("md n C{written}\r\n"), "HD\r\n");
+    check(&mut a, &format!("md n C{written}\r\n"), "NF\r\n");
+}
+
+#[test]
 fn recache_wins_once_when_the_ttl_runs_low() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();

@@ -203,8 +203,11 @@ pub enum StoreOp {
     Set,
     Add,
     Replace,
-    Append,
-    Prepend,
+    /// Append to the item; with a CAS, only if the item's CAS is still that one (checked in
+    /// the same locked step as the write, as memcached checks under its item lock).
+    Append(Option<u64>),
+    /// Prepend to the item; the CAS as for `Append`.
+    Prepend(Option<u64>),
     /// Store only if the item's CAS is still this one.
     Cas(u64),
 }
@@ -216,7 +219,7 @@ pub enum StoreOutcome {
     Stored { cas: u64 },
     /// `NOT_STORED`: add on an existing key, replace/append/prepend on a missing one.
     NotStored,
-    /// `EXISTS`: cas with a stale unique.
+    /// `EXISTS`: cas (or a CAS-conditioned append/prepend) with a stale unique.
     Exists,
     /// `NOT_FOUND`: cas on a missing key.
     NotFound,
@@ -237,10 +240,31 @@ pub enum Arith {
 pub enum ArithError {
     #[error("NOT_FOUND")]
     NotFound,
+    /// The item's CAS is not the one the request expected.
+    #[error("EXISTS")]
+    Exists,
     #[error("CLIENT_ERROR cannot increment or decrement non-numeric value")]
     NonNumeric,
     #[error("SERVER_ERROR out of memory")]
     OutOfMemory,
+}
+
+/// A counter after incr/decr: the new number and the new version's CAS and expiry, so a reply
+/// that shows them needs no second read (which another writer could overtake).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub value: u64,
+    pub cas: u64,
+    pub expiry: Expiry,
+}
+
+/// Why a delete or invalidate left the item alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No live item for the key.
+    NotFound,
+    /// The item's CAS is not the one the request expected.
+    Exists,
 }
 
 /// The store's counters for `stats`.
@@ -1308,16 +1332,34 @@ impl Store {
         self.read_item(key, touch, read)
     }
 
-    /// `md <key> I` / `ms ... I`: marks the item stale (clearing its win token, so the next
-    /// reader wins the recache) and, when given, sets a new expiry. False when not there.
-    pub fn invalidate(&self, key: &[u8], expiry: Option<Expiry>) -> bool {
-        self.read_item(key, expiry, |_, marks| {
-            *marks = Marks {
-                stale: true,
-                win_sent: false,
-            }
-        })
-        .is_ok()
+    /// `md <key> I`: marks the item stale (clearing its win token, so the next reader wins the
+    /// recache) and, when given, sets a new expiry. With `expected_cas`, only if the item's CAS
+    /// is that one, checked in the same locked step (`md I C`). Not a read: the fetched mark
+    /// and access time stay as they were, as memcached's `md` leaves them.
+    pub fn invalidate(
+        &self,
+        key: &[u8],
+        expiry: Option<Expiry>,
+        expected_cas: Option<u64>,
+    ) -> Result<(), Refused> {
+        let (shard, tag) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        let mut found = self.live_checked(sh, key, tag, now, expected_cas)?;
+        if let Some(expiry) = expiry {
+            found = self
+                .set_expiry(sh, found, key, tag, expiry.0, now)
+                .map_err(|_| Refused::NotFound)?;
+        }
+        // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+        let bytes = unsafe { self.segment(found.loc.seg) };
+        item::set_bits(
+            &mut bytes[found.loc.off as usize..],
+            item::STALE,
+            item::WIN_SENT,
+        );
+        Ok(())
     }
 
     /// Sets the expiry of `key`; false when it is not there.
@@ -1466,16 +1508,21 @@ impl Store {
             };
             let (flags, expiry, old_first) = match (op, found) {
                 (StoreOp::Add, Some(_)) => return self.give_up(run, StoreOutcome::NotStored),
-                (StoreOp::Replace | StoreOp::Append | StoreOp::Prepend, None) => {
+                (StoreOp::Replace | StoreOp::Append(_) | StoreOp::Prepend(_), None) => {
                     return self.give_up(run, StoreOutcome::NotStored)
                 }
                 (StoreOp::Cas(_), None) => return self.give_up(run, StoreOutcome::NotFound),
-                (StoreOp::Cas(unique), Some(f)) if self.cas_of(f.loc, &f.hdr) != unique => {
+                (
+                    StoreOp::Cas(unique)
+                    | StoreOp::Append(Some(unique))
+                    | StoreOp::Prepend(Some(unique)),
+                    Some(f),
+                ) if self.cas_of(f.loc, &f.hdr) != unique => {
                     return self.give_up(run, StoreOutcome::Exists)
                 }
                 // append/prepend keep the item's flags and expiry, as memcached does.
-                (StoreOp::Append, Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(true)),
-                (StoreOp::Prepend, Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(false)),
+                (StoreOp::Append(_), Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(true)),
+                (StoreOp::Prepend(_), Some(f)) => (f.hdr.flags, f.hdr.expiry, Some(false)),
                 _ => (flags, expiry.0, None),
             };
             let mut scratch = std::mem::take(&mut sh.scratch);
@@ -1578,36 +1625,64 @@ impl Store {
     }
 
     pub fn delete(&self, key: &[u8]) -> bool {
+        self.delete_checked(key, None).is_ok()
+    }
+
+    /// Deletes `key`; with `expected_cas`, only if the item's CAS is that one, checked in the
+    /// same locked step (binary Delete with a CAS, meta `md C`).
+    pub fn delete_checked(&self, key: &[u8], expected_cas: Option<u64>) -> Result<(), Refused> {
         let (shard, tag) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        if self.catch_up_flush(sh, Some((key, tag)), now).is_err() {
-            return false;
-        }
-        match self.live(sh, key, tag, now) {
-            Ok(found) => {
-                self.unlink(sh, found, Cause::Gone, true);
-                true
-            }
-            Err(_) => false,
+        let found = self.live_checked(sh, key, tag, now, expected_cas)?;
+        self.unlink(sh, found, Cause::Gone, true);
+        Ok(())
+    }
+
+    /// The live item for `key`, if its CAS is `expected_cas` (when given).
+    fn live_checked(
+        &self,
+        sh: &mut Shard,
+        key: &[u8],
+        tag: u32,
+        now: UnixSecs,
+        expected_cas: Option<u64>,
+    ) -> Result<Found, Refused> {
+        self.catch_up_flush(sh, Some((key, tag)), now)
+            .map_err(|_| Refused::NotFound)?;
+        let found = self
+            .live(sh, key, tag, now)
+            .map_err(|_| Refused::NotFound)?;
+        match expected_cas {
+            Some(cas) if cas != self.cas_of(found.loc, &found.hdr) => Err(Refused::Exists),
+            _ => Ok(found),
         }
     }
 
     /// incr/decr as memcached does them: the value must be a decimal u64 (leading spaces allowed),
     /// incr wraps at 2^64, decr stops at 0, and a result shorter than the value is space-padded
     /// to the value's length. The result is a new version (new CAS) with the item's flags and
-    /// expiry. Returns the new number.
-    pub fn incr_decr(&self, key: &[u8], op: Arith, delta: u64) -> Result<u64, ArithError> {
+    /// expiry, and keeps its fetched, stale and win-token marks. With `expected_cas`, only if
+    /// the item's CAS is that one, checked in the same locked step (binary Increment with a
+    /// CAS, meta `ma C`).
+    pub fn incr_decr(
+        &self,
+        key: &[u8],
+        op: Arith,
+        delta: u64,
+        expected_cas: Option<u64>,
+    ) -> Result<Counted, ArithError> {
         let (shard, tag) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        self.catch_up_flush(sh, Some((key, tag)), now)
-            .map_err(|_| ArithError::NotFound)?;
         let found = self
-            .live(sh, key, tag, now)
-            .map_err(|_| ArithError::NotFound)?;
+            .live_checked(sh, key, tag, now, expected_cas)
+            .map_err(|refused| match refused {
+                Refused::NotFound => ArithError::NotFound,
+                Refused::Exists => ArithError::Exists,
+            })?;
         let h = found.hdr;
         let current = {
             // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
@@ -1645,7 +1720,11 @@ impl Store {
             self.meta(found.loc.seg)
                 .epoch
                 .store(self.next_epoch(), Relaxed);
-            return Ok(next);
+            return Ok(Counted {
+                value: next,
+                cas: self.cas_of(found.loc, &h),
+                expiry: Expiry(h.expiry),
+            });
         }
         let mut scratch = std::mem::take(&mut sh.scratch);
         scratch.clear();
@@ -1653,7 +1732,8 @@ impl Store {
         if scratch.len() < h.value_len {
             scratch.resize(h.value_len, b' ');
         }
-        let keep = h.bits & (item::FETCHED | item::REFERENCED);
+        // memcached rewrites a counter in place when it can, marks and all.
+        let keep = h.bits & (item::FETCHED | item::STALE | item::WIN_SENT | item::REFERENCED);
         let written = self.put_small(
             sh,
             key,
@@ -1667,7 +1747,13 @@ impl Store {
             now,
         );
         sh.scratch = scratch;
-        written.map(|_| next).ok_or(ArithError::OutOfMemory)
+        written
+            .map(|loc| Counted {
+                value: next,
+                cas: self.place_cas(loc),
+                expiry: Expiry(h.expiry),
+            })
+            .ok_or(ArithError::OutOfMemory)
     }
 
     /// `flush_all [delay]`: items stored before `now + delay` stop being served from then on.
@@ -1829,9 +1915,10 @@ mod tests {
     fn incr_decr_follow_memcached() {
         let s = store();
         s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"100");
-        assert_eq!(s.incr_decr(b"n", Arith::Decr, 1), Ok(99));
+        let value = |r: Result<Counted, ArithError>| r.map(|c| c.value);
+        assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1, None)), Ok(99));
         assert_eq!(get(&s, b"n"), Ok(b"99 ".to_vec()));
-        assert_eq!(s.incr_decr(b"n", Arith::Decr, 1000), Ok(0));
+        assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1000, None)), Ok(0));
         s.store(
             StoreOp::Set,
             b"n",
@@ -1839,16 +1926,16 @@ mod tests {
             Expiry::NEVER,
             b"18446744073709551615",
         );
-        assert_eq!(s.incr_decr(b"n", Arith::Incr, 2), Ok(1));
+        assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 2, None)), Ok(1));
         s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b" 12");
-        assert_eq!(s.incr_decr(b"n", Arith::Incr, 1), Ok(13));
+        assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 1, None)), Ok(13));
         s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"abc");
         assert_eq!(
-            s.incr_decr(b"n", Arith::Incr, 1),
+            s.incr_decr(b"n", Arith::Incr, 1, None),
             Err(ArithError::NonNumeric)
         );
         assert_eq!(
-            s.incr_decr(b"missing", Arith::Incr, 1),
+            s.incr_decr(b"missing", Arith::Incr, 1, None),
             Err(ArithError::NotFound)
         );
     }
@@ -1876,10 +1963,75 @@ mod tests {
             s.store(StoreOp::Cas(cas), b"k", 0, Expiry::NEVER, b"c"),
             StoreOutcome::Stored { .. }
         ));
-        s.store(StoreOp::Append, b"k", 9, Expiry::NEVER, b"d");
-        s.store(StoreOp::Prepend, b"k", 9, Expiry::NEVER, b"b");
+        s.store(StoreOp::Append(None), b"k", 9, Expiry::NEVER, b"d");
+        s.store(StoreOp::Prepend(None), b"k", 9, Expiry::NEVER, b"b");
         assert_eq!(get(&s, b"k"), Ok(b"bcd".to_vec()));
         assert_eq!(s.get(b"k", |i| i.flags), Ok(0));
+    }
+
+    #[test]
+    fn cas_conditioned_ops_check_in_the_same_step() {
+        let s = store();
+        let set = |value: &[u8]| match s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, value) {
+            StoreOutcome::Stored { cas } => cas,
+            other => panic!("set: {other:?}"),
+        };
+        let cas = set(b"1");
+        let stale = cas + 1;
+        // Mismatch: nothing changes.
+        assert_eq!(s.delete_checked(b"k", Some(stale)), Err(Refused::Exists));
+        assert_eq!(
+            s.incr_decr(b"k", Arith::Incr, 1, Some(stale)),
+            Err(ArithError::Exists)
+        );
+        for op in [StoreOp::Append(Some(stale)), StoreOp::Prepend(Some(stale))] {
+            assert_eq!(
+                s.store(op, b"k", 0, Expiry::NEVER, b"0"),
+                StoreOutcome::Exists
+            );
+        }
+        assert_eq!(s.invalidate(b"k", None, Some(stale)), Err(Refused::Exists));
+        assert_eq!(
+            s.get(b"k", |i| (i.value.to_vec(), i.cas, i.stale)),
+            Ok((b"1".to_vec(), cas, false))
+        );
+        // Match: each op runs and hands out the CAS the next one must name.
+        let counted = s.incr_decr(b"k", Arith::Incr, 1, Some(cas)).unwrap();
+        assert_eq!(counted.value, 2);
+        assert_eq!(
+            s.get(b"k", |i| (i.cas, i.expiry)),
+            Ok((counted.cas, counted.expiry))
+        );
+        let StoreOutcome::Stored { cas } = s.store(
+            StoreOp::Append(Some(counted.cas)),
+            b"k",
+            0,
+            Expiry::NEVER,
+            b"0",
+        ) else {
+            panic!("append with the current CAS")
+        };
+        let StoreOutcome::Stored { cas } =
+            s.store(StoreOp::Prepend(Some(cas)), b"k", 0, Expiry::NEVER, b"1")
+        else {
+            panic!("prepend with the current CAS")
+        };
+        assert_eq!(get(&s, b"k"), Ok(b"120".to_vec()));
+        assert_eq!(s.invalidate(b"k", None, Some(cas)), Ok(()));
+        assert_eq!(s.get(b"k", |i| i.stale), Ok(true));
+        let cas = s.get(b"k", |i| i.cas).unwrap();
+        assert_eq!(s.delete_checked(b"k", Some(cas)), Ok(()));
+        // Missing: NotFound (append/prepend: NotStored, as memcached answers).
+        assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::NotFound));
+        assert_eq!(
+            s.incr_decr(b"k", Arith::Incr, 1, Some(cas)),
+            Err(ArithError::NotFound)
+        );
+        assert_eq!(s.invalidate(b"k", None, Some(cas)), Err(Refused::NotFound));
+        assert_eq!(
+            s.store(StoreOp::Append(Some(cas)), b"k", 0, Expiry::NEVER, b"0"),
+            StoreOutcome::NotStored
+        );
     }
 
     #[test]

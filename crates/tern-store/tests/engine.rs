@@ -3,11 +3,11 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use tern_store::{
-    Arith, Clock, Config, Eviction, Expiry, Miss, Store, StoreError, StoreOp, StoreOutcome,
-    UnixSecs,
+    parse_u64, Arith, ArithError, Clock, Config, Eviction, Expiry, Miss, Refused, Store,
+    StoreError, StoreOp, StoreOutcome, UnixSecs,
 };
 
 const T0: UnixSecs = 1_700_000_000;
@@ -200,7 +200,7 @@ fn large_items_use_runs_of_the_same_heap() {
     set(&s, b"grow", &[b'a'; 2000]);
     assert!(matches!(
         s.store(
-            StoreOp::Append,
+            StoreOp::Append(None),
             b"grow",
             0,
             Expiry::NEVER,
@@ -213,8 +213,14 @@ fn large_items_use_runs_of_the_same_heap() {
     number.resize(600_000, b' ');
     set(&s, b"n", &number);
     let cas = s.get(b"n", |it| it.cas).unwrap();
-    assert_eq!(s.incr_decr(b"n", Arith::Incr, 1), Ok(42));
-    assert_ne!(s.get(b"n", |it| it.cas).unwrap(), cas);
+    assert_eq!(
+        s.incr_decr(b"n", Arith::Incr, 1, Some(cas + 1)),
+        Err(ArithError::Exists)
+    );
+    let counted = s.incr_decr(b"n", Arith::Incr, 1, Some(cas)).unwrap();
+    assert_eq!(counted.value, 42);
+    assert_ne!(counted.cas, cas);
+    assert_eq!(s.get(b"n", |it| it.cas), Ok(counted.cas));
     assert_eq!(s.get(b"n", |it| &it.value[..3] == b"42 "), Ok(true));
     assert!(s.touch(b"n", Expiry::from_exptime(5, T0)));
     assert_eq!(
@@ -276,7 +282,10 @@ fn meta_marks_and_metadata() {
     });
     assert_eq!(won, Ok(true));
     assert_eq!(s.get(b"k", |it| (it.win_sent, it.stale)), Ok((true, false)));
-    assert!(s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15))));
+    assert_eq!(
+        s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None),
+        Ok(())
+    );
     assert_eq!(
         s.get(b"k", |it| (
             it.stale,
@@ -289,7 +298,7 @@ fn meta_marks_and_metadata() {
     // A new version starts clean.
     s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, b"w");
     assert_eq!(s.get(b"k", |it| (it.stale, it.fetched)), Ok((false, false)));
-    assert!(!s.invalidate(b"missing", None));
+    assert_eq!(s.invalidate(b"missing", None, None), Err(Refused::NotFound));
 }
 
 #[test]
@@ -310,7 +319,7 @@ fn cas_changes_with_every_version_and_only_then() {
     }
     set(&s, b"n", b"1");
     let before = s.get(b"n", |it| it.cas).unwrap();
-    s.incr_decr(b"n", Arith::Incr, 1).unwrap();
+    s.incr_decr(b"n", Arith::Incr, 1, None).unwrap();
     assert!(seen.insert(before) && before != s.get(b"n", |it| it.cas).unwrap());
     let off = store_with(Config {
         cas_enabled: false,
@@ -526,4 +535,49 @@ fn more_shards_than_segments_still_store_by_evicting_elsewhere() {
     }
     assert!(s.stats().evictions > 0);
     assert!(s.stats().heap_used <= 64 << 10);
+}
+
+/// CAS-conditioned incr from several threads on one key, each retrying on EXISTS: a success
+/// must land exactly one step past the version its CAS named, and the final count must be the
+/// number of successes. Were the check and the incr two locked steps (as tern-server once did
+/// them), another thread's incr could land in between and a success would come back two or
+/// more steps on: the update its client meant to make conditionally was made blindly.
+#[test]
+fn cas_conditioned_incr_loses_no_update() {
+    const THREADS: usize = 4;
+    const SUCCESSES: u64 = 10_000;
+    let s = Arc::new(store_with(Config::default()));
+    set(&s, b"n", b"0");
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (s, start) = (s.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut refused = 0u64;
+                for _ in 0..SUCCESSES {
+                    loop {
+                        let (seen, cas) = s
+                            .get(b"n", |it| (parse_u64(it.value).unwrap(), it.cas))
+                            .unwrap();
+                        match s.incr_decr(b"n", Arith::Incr, 1, Some(cas)) {
+                            Ok(counted) => {
+                                assert_eq!(counted.value, seen + 1, "a write slipped in");
+                                break;
+                            }
+                            Err(ArithError::Exists) => refused += 1,
+                            Err(e) => panic!("incr: {e}"),
+                        }
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(
+        s.get(b"n", |it| parse_u64(it.value)),
+        Ok(Some(THREADS as u64 * SUCCESSES))
+    );
+    eprintln!("{refused} stale CAS refused");
 }

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tern_store::{
-    Arith, ArithError, Clock, Config, Expiry, Miss, Store, StoreOp, StoreOutcome, UnixSecs,
+    Arith, ArithError, Clock, Config, Expiry, Miss, Refused, Store, StoreOp, StoreOutcome, UnixSecs,
 };
 
 const T0: UnixSecs = 1_700_000_000;
@@ -18,8 +18,8 @@ enum Op {
     Get(usize),
     Gat(usize, i64),
     Touch(usize, i64),
-    Delete(usize),
-    Arith(usize, Arith, u64),
+    Delete(usize, Cond),
+    Arith(usize, Arith, u64, Cond),
     Flush(u32),
     Advance(u32),
     Reclaim,
@@ -30,10 +30,33 @@ enum StoreKind {
     Set,
     Add,
     Replace,
-    Append,
-    Prepend,
+    Append(Cond),
+    Prepend(Cond),
     CasFresh,
     CasStale,
+}
+
+/// A CAS condition on delete, incr/decr, append and prepend: none, the item's current CAS,
+/// or a stale one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cond {
+    No,
+    Fresh,
+    Stale,
+}
+
+impl Cond {
+    fn expected_cas(self, current: Option<&Entry>) -> Option<u64> {
+        match self {
+            Cond::No => None,
+            Cond::Fresh => Some(current.map_or(12345, |e| e.cas)),
+            Cond::Stale => Some(current.map_or(1, |e| e.cas - 1)),
+        }
+    }
+}
+
+fn cond() -> impl Strategy<Value = Cond> {
+    prop_oneof![Just(Cond::No), Just(Cond::Fresh), Just(Cond::Stale)]
 }
 
 #[derive(Clone, Debug)]
@@ -117,8 +140,8 @@ fn op() -> impl Strategy<Value = Op> {
         Just(StoreKind::Set),
         Just(StoreKind::Add),
         Just(StoreKind::Replace),
-        Just(StoreKind::Append),
-        Just(StoreKind::Prepend),
+        cond().prop_map(StoreKind::Append),
+        cond().prop_map(StoreKind::Prepend),
         Just(StoreKind::CasFresh),
         Just(StoreKind::CasStale),
     ];
@@ -128,10 +151,10 @@ fn op() -> impl Strategy<Value = Op> {
         4 => key.clone().prop_map(Op::Get),
         1 => (key.clone(), exptime()).prop_map(|(k, e)| Op::Gat(k, e)),
         1 => (key.clone(), exptime()).prop_map(|(k, e)| Op::Touch(k, e)),
-        1 => key.clone().prop_map(Op::Delete),
+        1 => (key.clone(), cond()).prop_map(|(k, c)| Op::Delete(k, c)),
         2 => (key.clone(), prop_oneof![Just(Arith::Incr), Just(Arith::Decr)],
-              prop_oneof![0u64..1000, Just(u64::MAX)])
-            .prop_map(|(k, a, d)| Op::Arith(k, a, d)),
+              prop_oneof![0u64..1000, Just(u64::MAX)], cond())
+            .prop_map(|(k, a, d, c)| Op::Arith(k, a, d, c)),
         1 => prop_oneof![Just(0u32), 1u32..4].prop_map(Op::Flush),
         2 => (0u32..3).prop_map(Op::Advance),
         1 => Just(Op::Reclaim),
@@ -160,8 +183,14 @@ fn check(ops: Vec<Op>, shards: usize) {
                     StoreKind::Set => (StoreOp::Set, true),
                     StoreKind::Add => (StoreOp::Add, current.is_none()),
                     StoreKind::Replace => (StoreOp::Replace, current.is_some()),
-                    StoreKind::Append => (StoreOp::Append, current.is_some()),
-                    StoreKind::Prepend => (StoreOp::Prepend, current.is_some()),
+                    StoreKind::Append(c) => (
+                        StoreOp::Append(c.expected_cas(current.as_ref())),
+                        current.is_some() && c != Cond::Stale,
+                    ),
+                    StoreKind::Prepend(c) => (
+                        StoreOp::Prepend(c.expected_cas(current.as_ref())),
+                        current.is_some() && c != Cond::Stale,
+                    ),
                     StoreKind::CasFresh => (
                         StoreOp::Cas(current.as_ref().map_or(12345, |e| e.cas)),
                         current.is_some(),
@@ -173,10 +202,10 @@ fn check(ops: Vec<Op>, shards: usize) {
                 };
                 let outcome = store.store(op, KEYS[k], flags, expiry, &value);
                 let (new_value, new_flags, new_expiry) = match (kind, &current) {
-                    (StoreKind::Append, Some(e)) => {
+                    (StoreKind::Append(_), Some(e)) => {
                         ([&e.value[..], &value].concat(), e.flags, e.expiry)
                     }
-                    (StoreKind::Prepend, Some(e)) => {
+                    (StoreKind::Prepend(_), Some(e)) => {
                         ([&value[..], &e.value].concat(), e.flags, e.expiry)
                     }
                     _ => (value.clone(), flags, expiry),
@@ -187,6 +216,11 @@ fn check(ops: Vec<Op>, shards: usize) {
                             StoreOutcome::NotFound
                         }
                         StoreKind::CasFresh | StoreKind::CasStale => StoreOutcome::Exists,
+                        StoreKind::Append(Cond::Stale) | StoreKind::Prepend(Cond::Stale)
+                            if current.is_some() =>
+                        {
+                            StoreOutcome::Exists
+                        }
                         _ => StoreOutcome::NotStored,
                     };
                     assert_eq!(outcome, want, "{kind:?} {k}");
@@ -252,15 +286,32 @@ fn check(ops: Vec<Op>, shards: usize) {
                     None => assert!(got.is_none(), "touch {k} of a missing item"),
                 }
             }
-            Op::Delete(k) => {
+            Op::Delete(k, Cond::No) => {
                 let deleted = store.delete(KEYS[k]);
                 assert_eq!(deleted, model.live(k, now).is_some());
                 model.items.remove(&k);
             }
-            Op::Arith(k, arith, delta) => {
-                let got = store.incr_decr(KEYS[k], arith, delta);
+            Op::Delete(k, cond) => {
+                let current = model.live(k, now).cloned();
+                let got = store.delete_checked(KEYS[k], cond.expected_cas(current.as_ref()));
+                let want = match (&current, cond) {
+                    (None, _) => Err(Refused::NotFound),
+                    (Some(_), Cond::Stale) => Err(Refused::Exists),
+                    (Some(_), _) => Ok(()),
+                };
+                assert_eq!(got, want, "delete {k} {cond:?}");
+                if want.is_ok() {
+                    model.items.remove(&k);
+                }
+            }
+            Op::Arith(k, arith, delta, cond) => {
+                let current = model.live(k, now).cloned();
+                let got =
+                    store.incr_decr(KEYS[k], arith, delta, cond.expected_cas(current.as_ref()));
                 match model.live(k, now) {
                     None => assert_eq!(got, Err(ArithError::NotFound)),
+                    // The CAS is checked before the value is parsed, as memcached does.
+                    Some(_) if cond == Cond::Stale => assert_eq!(got, Err(ArithError::Exists)),
                     Some(e) => match model_number(&e.value) {
                         None => assert_eq!(got, Err(ArithError::NonNumeric), "{:?}", e.value),
                         Some(n) => {
@@ -268,13 +319,16 @@ fn check(ops: Vec<Op>, shards: usize) {
                                 Arith::Incr => n.wrapping_add(delta),
                                 Arith::Decr => n.saturating_sub(delta),
                             };
-                            assert_eq!(got, Ok(next));
+                            let counted = got.expect("incr of a number");
+                            assert_eq!(counted.value, next);
+                            assert_eq!(counted.expiry, e.expiry);
                             let mut digits = next.to_string().into_bytes();
                             if digits.len() < e.value.len() {
                                 digits.resize(e.value.len(), b' ');
                             }
                             e.value = digits;
                             let cas = store.get(KEYS[k], |i| i.cas).unwrap();
+                            assert_eq!(counted.cas, cas);
                             assert_ne!(cas, e.cas, "incr must change the CAS");
                             e.cas = cas;
                         }
