@@ -107,8 +107,12 @@ fn a_stale_cas_is_refused_on_delete_arithmetic_and_append() {
         .unwrap_or_else(|| panic!("no CAS in {reply:?}"));
     assert_eq!(without_cas(&reply), "VA 1 c*\r\n7\r\n");
     assert_eq!(current_cas(&mut a, "n"), written);
-    check(&mut a, &format!("md n C{written}\r\n"), "HD\r\n");
-    check(&mut a, &format!("md n C{written}\r\n"), "NF\r\n");
+    // `md I` gives the item a new CAS, as memcached does: the one read before is stale now.
+    check(&mut a, &format!("md n I C{written}\r\n"), "HD\r\n");
+    check(&mut a, &format!("md n C{written}\r\n"), "EX\r\n");
+    let invalidated = current_cas(&mut a, "n");
+    check(&mut a, &format!("md n C{invalidated}\r\n"), "HD\r\n");
+    check(&mut a, &format!("md n C{invalidated}\r\n"), "NF\r\n");
 }
 
 #[test]

@@ -1333,9 +1333,10 @@ impl Store {
     }
 
     /// `md <key> I`: marks the item stale (clearing its win token, so the next reader wins the
-    /// recache) and, when given, sets a new expiry. With `expected_cas`, only if the item's CAS
-    /// is that one, checked in the same locked step (`md I C`). Not a read: the fetched mark
-    /// and access time stay as they were, as memcached's `md` leaves them.
+    /// recache), gives it a new CAS as memcached does (so a writer holding the old one cannot
+    /// overwrite the invalidation unnoticed) and, when given, a new expiry. With
+    /// `expected_cas`, only if the item's CAS is that one, checked in the same locked step
+    /// (`md I C`). Not a read: the fetched mark stays as it was, as memcached's `md` leaves it.
     pub fn invalidate(
         &self,
         key: &[u8],
@@ -1346,19 +1347,60 @@ impl Store {
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
-        let mut found = self.live_checked(sh, key, tag, now, expected_cas)?;
-        if let Some(expiry) = expiry {
-            found = self
-                .set_expiry(sh, found, key, tag, expiry.0, now)
-                .map_err(|_| Refused::NotFound)?;
+        let found = self.live_checked(sh, key, tag, now, expected_cas)?;
+        let h = found.hdr;
+        let deadline = expiry.map_or(h.expiry, |e| e.0);
+        let moved_size = item::item_size(h.key_len, h.value_len, h.flags, deadline != 0, false);
+        if self.fits_segment(h.size()) && self.fits_segment(moved_size) {
+            // The CAS is the item's place: a new place gives the new CAS.
+            let mut scratch = std::mem::take(&mut sh.scratch);
+            scratch.clear();
+            {
+                // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+                let bytes = unsafe { self.segment(found.loc.seg) };
+                scratch.extend_from_slice(&bytes[found.loc.off as usize..][h.value_range()]);
+            }
+            let keep = (h.bits & (item::FETCHED | item::REFERENCED)) | item::STALE;
+            let written = self.put_small(
+                sh,
+                key,
+                tag,
+                Some(found),
+                h.flags,
+                deadline,
+                None,
+                [&scratch, &[]],
+                keep,
+                now,
+            );
+            sh.scratch = scratch;
+            // With eviction off and the heap full the item cannot move: answered as a miss,
+            // as a touch that must move is.
+            return written.map(|_| ()).ok_or(Refused::NotFound);
         }
-        // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
-        let bytes = unsafe { self.segment(found.loc.seg) };
-        item::set_bits(
-            &mut bytes[found.loc.off as usize..],
-            item::STALE,
-            item::WIN_SENT,
-        );
+        // A large item stays in its run, whose epoch moves so the CAS changes (as for incr).
+        // A small item within 4 bytes of the large-item size that gains a deadline cannot take
+        // the expiry field by moving; it is touched and marked where it is and keeps its CAS.
+        let found = match expiry {
+            Some(expiry) => self
+                .set_expiry(sh, found, key, tag, expiry.0, now)
+                .map_err(|_| Refused::NotFound)?,
+            None => found,
+        };
+        {
+            // SAFETY: the item's segment belongs to this locked shard; the slice ends here.
+            let bytes = unsafe { self.segment(found.loc.seg) };
+            item::set_bits(
+                &mut bytes[found.loc.off as usize..],
+                item::STALE,
+                item::WIN_SENT,
+            );
+        }
+        if !self.fits_segment(found.hdr.size()) {
+            self.meta(found.loc.seg)
+                .epoch
+                .store(self.next_epoch(), Relaxed);
+        }
         Ok(())
     }
 
@@ -2018,8 +2060,11 @@ mod tests {
         };
         assert_eq!(get(&s, b"k"), Ok(b"120".to_vec()));
         assert_eq!(s.invalidate(b"k", None, Some(cas)), Ok(()));
-        assert_eq!(s.get(b"k", |i| i.stale), Ok(true));
-        let cas = s.get(b"k", |i| i.cas).unwrap();
+        // memcached's `md I` gives the item a new CAS: the one read before no longer matches.
+        assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::Exists));
+        let (stale, new_cas) = s.get(b"k", |i| (i.stale, i.cas)).unwrap();
+        assert!(stale && new_cas != cas);
+        let cas = new_cas;
         assert_eq!(s.delete_checked(b"k", Some(cas)), Ok(()));
         // Missing: NotFound (append/prepend: NotStored, as memcached answers).
         assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::NotFound));

@@ -221,6 +221,10 @@ fn large_items_use_runs_of_the_same_heap() {
     assert_eq!(counted.value, 42);
     assert_ne!(counted.cas, cas);
     assert_eq!(s.get(b"n", |it| it.cas), Ok(counted.cas));
+    // Invalidating a run marks it in place and moves its epoch: a new CAS, as for incr.
+    assert_eq!(s.invalidate(b"n", None, Some(counted.cas)), Ok(()));
+    assert_eq!(s.get(b"n", |it| it.stale), Ok(true));
+    assert_ne!(s.get(b"n", |it| it.cas), Ok(counted.cas));
     assert_eq!(s.get(b"n", |it| &it.value[..3] == b"42 "), Ok(true));
     assert!(s.touch(b"n", Expiry::from_exptime(5, T0)));
     assert_eq!(
@@ -282,10 +286,12 @@ fn meta_marks_and_metadata() {
     });
     assert_eq!(won, Ok(true));
     assert_eq!(s.get(b"k", |it| (it.win_sent, it.stale)), Ok((true, false)));
+    let before = s.get(b"k", |it| it.cas).unwrap();
     assert_eq!(
         s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None),
         Ok(())
     );
+    assert_ne!(s.get(b"k", |it| it.cas), Ok(before), "md I gives a new CAS");
     assert_eq!(
         s.get(b"k", |it| (
             it.stale,
