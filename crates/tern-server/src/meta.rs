@@ -14,7 +14,9 @@ use tern_proto::ascii;
 use tern_proto::meta::{
     self, ArithMode, Code, Command, DebugInfo, ErrorReply, ItemInfo, Request, SetMode,
 };
-use tern_store::{Arith, ArithError, Expiry, Marks, Miss, Refused, StoreOp, StoreOutcome};
+use tern_store::{
+    Arith, ArithError, Expiry, ItemView, Marks, Miss, Refused, StoreOp, StoreOutcome,
+};
 
 use crate::exec::Executor;
 
@@ -100,7 +102,7 @@ fn get(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         let now = store.clock().now();
         // `R` and `t` see the TTL after this request's `T`, wherever the flags stand in the
         // line (1.6.18 applies each at its position, so `R`/`t` before `T` see the old TTL).
-        let found = store.get_marked(key, touch, |item, marks| {
+        let read = |item: ItemView<'_>, marks: &mut Marks| {
             let recache = f.recache_ttl.is_some_and(|r| {
                 item.expiry
                     .remaining(now)
@@ -124,7 +126,13 @@ fn get(exec: &Executor<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
                 key_binary: req.key.is_binary(),
             };
             meta::write_reply(out, req, code, Some(&info), item.value);
-        });
+        };
+        // `u`: the read leaves the item's fetched mark and access time as they were.
+        let found = if f.no_bump {
+            store.peek_marked(key, touch, read)
+        } else {
+            store.get_marked(key, touch, read)
+        };
         match found {
             Ok(()) => {
                 exec.record_key(Op::MetaGet, Outcome::Hit, key);

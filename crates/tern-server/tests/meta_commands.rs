@@ -116,6 +116,16 @@ fn a_stale_cas_is_refused_on_delete_arithmetic_and_append() {
 }
 
 #[test]
+fn u_reads_leave_the_item_unfetched() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    check(&mut c, "ms q 1\r\nx\r\n", "HD\r\n");
+    check(&mut c, "mg q u v\r\n", "VA 1\r\nx\r\n");
+    check(&mut c, "mg q h\r\n", "HD h0\r\n");
+    check(&mut c, "mg q h\r\n", "HD h1\r\n");
+}
+
+#[test]
 fn recache_wins_once_when_the_ttl_runs_low() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();

@@ -1307,7 +1307,7 @@ impl Store {
 
     /// Looks `key` up and hands the item to `read`.
     pub fn get<R>(&self, key: &[u8], read: impl FnOnce(ItemView<'_>) -> R) -> Result<R, Miss> {
-        self.read_item(key, None, |item, _| read(item))
+        self.read_item::<true, _>(key, None, |item, _| read(item))
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -1317,7 +1317,7 @@ impl Store {
         expiry: Expiry,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        self.read_item(key, Some(expiry), |item, _| read(item))
+        self.read_item::<true, _>(key, Some(expiry), |item, _| read(item))
     }
 
     /// For the meta protocol: like `get`/`get_and_touch`, and `read` may change the item's
@@ -1329,7 +1329,19 @@ impl Store {
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
     ) -> Result<R, Miss> {
-        self.read_item(key, touch, read)
+        self.read_item::<true, _>(key, touch, read)
+    }
+
+    /// `get_marked` for meta's `u` flag (memcached's "no LRU bump"): the read leaves the
+    /// fetched mark, the recently-read mark merge eviction keeps items by, and the access time
+    /// as they were. Only the marks `read` changes are saved.
+    pub fn peek_marked<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item::<false, _>(key, touch, read)
     }
 
     /// `md <key> I`: marks the item stale (clearing its win token, so the next reader wins the
@@ -1406,10 +1418,13 @@ impl Store {
 
     /// Sets the expiry of `key`; false when it is not there.
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> bool {
-        self.read_item(key, Some(expiry), |_, _| ()).is_ok()
+        self.read_item::<true, _>(key, Some(expiry), |_, _| ())
+            .is_ok()
     }
 
-    fn read_item<R>(
+    /// A read; with `BUMP` (every read but meta's `u`) it marks the item fetched and recently
+    /// read and updates its access time. A const parameter, so a plain get carries no test.
+    fn read_item<const BUMP: bool, R>(
         &self,
         key: &[u8],
         touch: Option<Expiry>,
@@ -1449,18 +1464,22 @@ impl Store {
             &mut marks,
         );
         let mark = |on: bool, bit: u8| if on { bit } else { 0 };
-        let set = item::FETCHED
-            | item::REFERENCED
-            | mark(marks.stale, item::STALE)
-            | mark(marks.win_sent, item::WIN_SENT);
+        let bump = if BUMP {
+            item::FETCHED | item::REFERENCED
+        } else {
+            0
+        };
+        let set = bump | mark(marks.stale, item::STALE) | mark(marks.win_sent, item::WIN_SENT);
         let clear = mark(!marks.stale, item::STALE) | mark(!marks.win_sent, item::WIN_SENT);
         // Only write when something changes: repeated reads leave the cache line clean.
         if (h.bits & !clear) | set != h.bits {
             item::set_bits(item, set, clear);
         }
-        let access = item::encode_age(now.saturating_sub(created));
-        if access != h.access {
-            item::set_access(item, access);
+        if BUMP {
+            let access = item::encode_age(now.saturating_sub(created));
+            if access != h.access {
+                item::set_access(item, access);
+            }
         }
         Ok(result)
     }

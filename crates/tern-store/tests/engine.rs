@@ -304,6 +304,20 @@ fn meta_marks_and_metadata() {
     // A new version starts clean.
     s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, b"w");
     assert_eq!(s.get(b"k", |it| (it.stale, it.fetched)), Ok((false, false)));
+    // A peek (meta's `u`) leaves the fetched mark and access time alone, but saves the marks
+    // its reader sets.
+    s.store(StoreOp::Set, b"p", 0, Expiry::NEVER, b"v");
+    s.clock().advance(3);
+    let peeked = s.peek_marked(b"p", None, |it, marks| {
+        marks.win_sent = true;
+        it.value.to_vec()
+    });
+    assert_eq!(peeked, Ok(b"v".to_vec()));
+    assert_eq!(
+        s.get(b"p", |it| (it.fetched, it.last_access, it.win_sent)),
+        Ok((false, T0 + 15, true))
+    );
+    assert_eq!(s.peek_marked(b"p", None, |it, _| it.fetched), Ok(true));
     assert_eq!(s.invalidate(b"missing", None, None), Err(Refused::NotFound));
 }
 
