@@ -5,8 +5,29 @@ use std::path::Path;
 
 use tern_testkit::ServerProcess;
 
-/// (thread name, Cpus_allowed_list) for every thread of `pid`.
-fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+/// (thread name, Cpus_allowed_list) for every thread of `pid`, once its `workers` worker threads
+/// and the clock thread (started after them) exist: the listening sockets accept before the
+/// threads are spawned, so a connectable server may not have all its threads yet.
+fn thread_cpus(pid: u32, workers: usize) -> Vec<(String, String)> {
+    let deadline = std::time::Instant::now() + tern_testkit::PATIENCE;
+    loop {
+        let threads = read_thread_cpus(pid);
+        let started = threads
+            .iter()
+            .filter(|(name, _)| name.starts_with("tern-worker-"))
+            .count();
+        if started == workers && threads.iter().any(|(name, _)| name == "tern-clock") {
+            return threads;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{workers} workers never appeared: {threads:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn read_thread_cpus(pid: u32) -> Vec<(String, String)> {
     let tasks = Path::new("/proc").join(pid.to_string()).join("task");
     let mut threads = Vec::new();
     for task in std::fs::read_dir(tasks).unwrap() {
@@ -37,7 +58,7 @@ fn stat(conn: &mut tern_testkit::Conn, name: &str) -> String {
 #[test]
 fn pin_puts_the_worker_on_its_cpu() {
     let server = ServerProcess::tern(&["--pin", "1", "-t", "1"]);
-    let threads = thread_cpus(server.pid());
+    let threads = thread_cpus(server.pid(), 1);
     let worker = threads
         .iter()
         .find(|(name, _)| name == "tern-worker-0")
@@ -55,7 +76,7 @@ fn pin_puts_the_worker_on_its_cpu() {
 #[test]
 fn unpinned_by_default() {
     let server = ServerProcess::tern(&["-t", "2"]);
-    let allowed: Vec<_> = thread_cpus(server.pid())
+    let allowed: Vec<_> = thread_cpus(server.pid(), 2)
         .into_iter()
         .filter(|(name, _)| name.starts_with("tern-worker-"))
         .map(|(_, cpus)| cpus)
