@@ -359,7 +359,9 @@ fn plain_get(rest: &[u8], with_cas: bool) -> Result<Command<'_>, Rejection> {
     }
 }
 
-/// Any line, split as memcached's tokenizer does.
+/// Any line, split as memcached's tokenizer does. Kept out of line so that a fast-path line
+/// does not pay for its 24-token frame (about 4 instructions per line under callgrind).
+#[inline(never)]
 fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
     let t = Tokens::split(line);
     let n = t.count;
