@@ -13,22 +13,7 @@
 use std::io::Read;
 
 use tern_proto::binary::{self, Opcode, Parsed, Status, Then};
-use tern_testkit::{Conn, ServerProcess};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use tern_testkit::{Conn, Rng, ServerProcess};
 
 const OPCODES: &[u8] = &[
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -75,7 +60,7 @@ fn random_frame(rng: &mut Rng) -> Vec<u8> {
         0 => rng.below(20) as usize,
         _ => 0,
     };
-    let extras: Vec<u8> = (0..extras_len).map(|_| rng.next() as u8).collect();
+    let extras: Vec<u8> = (0..extras_len).map(|_| rng.next_u64() as u8).collect();
     let key = vec![b'k'; key_len];
     let value = vec![b'1'; value_len];
     frame(opcode, &extras, &key, &value)

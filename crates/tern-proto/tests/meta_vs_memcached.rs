@@ -7,27 +7,7 @@
 //! generator.
 
 use tern_proto::meta::{self, Command};
-use tern_testkit::ServerProcess;
-
-/// Deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use tern_testkit::{Rng, ServerProcess};
 
 const VERBS: &[&str] = &[
     "mg", "ms", "md", "ma", "me", "mn", "mz", "mg", "ms", "ma", "md",

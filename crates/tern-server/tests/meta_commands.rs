@@ -3,7 +3,7 @@
 //! `ms` and `ma` modes), then a seeded stream of meta commands sent to tern and to Debian's
 //! memcached 1.6.18, whose replies must agree apart from CAS values.
 
-use tern_testkit::{Conn, ServerProcess};
+use tern_testkit::{Conn, Rng, ServerProcess};
 
 /// Sends `request` followed by `mn`, returns everything before the `MN` (quiet replies too).
 fn ask(c: &mut Conn, request: &str) -> String {
@@ -217,30 +217,6 @@ fn a_too_large_ms_is_refused_and_its_data_skipped() {
     check(&mut c, "mg big v\r\n", "EN\r\n");
 }
 
-/// A small seeded generator (xorshift64*), so a failing stream can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
-
 /// One generated request; `{CAS}` / `{OLD}` stand for the key's CAS on the server it is sent
 /// to (and one less), so CAS checks can succeed on both servers.
 fn generate(rng: &mut Rng) -> (String, &'static str) {
@@ -342,7 +318,7 @@ fn generate(rng: &mut Rng) -> (String, &'static str) {
     }
     // memcached echoes return flags in request order: shuffle them.
     for i in (1..flags.len()).rev() {
-        let j = rng.below(i + 1);
+        let j = rng.below(i as u64 + 1) as usize;
         flags.swap(i, j);
     }
     // tern applies `T` before looking at `R`; 1.6.18 takes flags in line order, so a `T`
@@ -369,7 +345,7 @@ fn generate(rng: &mut Rng) -> (String, &'static str) {
     (line, key)
 }
 
-fn add(rng: &mut Rng, flags: &mut Vec<String>, percent: usize, flag: &str) {
+fn add(rng: &mut Rng, flags: &mut Vec<String>, percent: u64, flag: &str) {
     if rng.chance(percent) {
         flags.push(flag.to_string());
     }
