@@ -3,7 +3,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use tern_admin::{
     AdminServer, AdminSource, Command, HotKeyConfig, HotKeys, HotKeysReport, Outcome, SegmentStats,
     Snapshot, StoreStats, WorkerMetrics,
 };
+use tern_testkit::prometheus::{self, sample};
 
 struct FakeServer {
     workers: Vec<WorkerMetrics>,
@@ -126,43 +126,6 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
-fn parse_with_prometheus_client(text: &str) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/parse_metrics.py");
-    let mut child = Process::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "prometheus_client rejected /metrics: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The value of the sample `name` whose labels include all of `labels`.
-fn sample(families: &Value, family: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let samples = families[family]["samples"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no family {family}"));
-    samples
-        .iter()
-        .find(|s| s[0] == name && labels.iter().all(|(k, v)| s[1][*k] == *v))
-        .unwrap_or_else(|| panic!("no sample {name} {labels:?} in {family}"))[2]
-        .as_f64()
-        .unwrap()
-}
-
 #[test]
 fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
     let server = AdminServer::start("127.0.0.1:0", Arc::new(fake_server())).unwrap();
@@ -173,7 +136,7 @@ fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
             .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
         "{head}"
     );
-    let f = parse_with_prometheus_client(&body);
+    let f = prometheus::parse(&body);
 
     let cmd = |command: &str, status: &str| {
         sample(

@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::time::Duration;
 
 use serde_json::Value;
+use tern_testkit::prometheus::{self, sample};
 use tern_testkit::{free_port, Conn, ServerProcess};
 
 /// `STAT name value` lines of a reply, in order.
@@ -49,46 +50,11 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
     )
 }
 
-/// `/metrics` parsed by prometheus_client (tern-admin's script): family -> samples.
+/// `/metrics` parsed by prometheus_client: family -> samples.
 fn scrape(port: u16) -> Value {
     let (status, body) = http_get(port, "/metrics");
     assert_eq!(status, 200);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tern-admin/tests/parse_metrics.py"
-    );
-    let mut child = Process::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "prometheus_client rejected /metrics: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The value of sample `name` in `family` whose labels include all of `labels`.
-fn sample(families: &Value, family: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    families[family]["samples"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no family {family}"))
-        .iter()
-        .find(|s| s[0] == name && labels.iter().all(|(k, v)| s[1][*k] == *v))
-        .unwrap_or_else(|| panic!("no sample {name} {labels:?} in {family}"))[2]
-        .as_f64()
-        .unwrap()
+    prometheus::parse(&body)
 }
 
 /// Sends requests and expects replies, counting every byte both ways.

@@ -1,6 +1,6 @@
 """Parses Prometheus text from stdin with prometheus_client's parser; prints the families as JSON.
 
-Used by tests/admin_http.rs so /metrics is checked by a real third-party parser.
+Used through `tern_testkit::prometheus`, so /metrics is checked by a real third-party parser.
 """
 import json
 import sys
