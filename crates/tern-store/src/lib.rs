@@ -521,6 +521,8 @@ pub struct Store {
     /// The latest `flush_all`: deadline (high 32 bits) and generation (low 32 bits).
     flush: AtomicU64,
     flush_lock: Mutex<()>,
+    /// Per shard, the age order of its oldest segment (`u64::MAX`: none), for `evict_for`.
+    oldest: Box<[AtomicU64]>,
 }
 
 impl Store {
@@ -595,6 +597,7 @@ impl Store {
             epoch: AtomicU64::new(1),
             flush: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
+            oldest: (0..shard_count).map(|_| AtomicU64::new(u64::MAX)).collect(),
         })
     }
 
@@ -807,6 +810,7 @@ impl Store {
         if sh.freed.is_empty() {
             return None;
         }
+        self.publish_oldest(sh);
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         let mut kept = None;
         for seg in sh.freed.drain(..) {
@@ -852,6 +856,7 @@ impl Store {
         meta.order.store(epoch, Relaxed);
         let sealed = std::mem::replace(&mut sh.active[g], seg);
         sh.chains[g].push_back(seg);
+        self.publish_oldest(sh);
         if sealed != NO_SEGMENT && get32(&self.meta(sealed).live) == 0 {
             self.drop_segment(sh, sealed);
             self.release(sh, false);
@@ -859,8 +864,8 @@ impl Store {
         Some(Loc { seg, off: 0 })
     }
 
-    /// A free segment for this shard: from the pool, else by reclaiming expired segments, else
-    /// by evicting (its own segments first, another shard's when it has none).
+    /// A free segment for this shard: from the pool, else by reclaiming its expired segments,
+    /// else by evicting (see `evict_for`).
     fn make_room(&self, sh: &mut Shard, now: UnixSecs) -> Option<u32> {
         for _ in 0..8 {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
@@ -870,35 +875,57 @@ impl Store {
                 return Some(seg);
             }
             drop(pool);
-            let freed_any = self.reclaim_shard(sh, now) > 0
-                || (self.config.eviction != Eviction::None && self.evict_one(sh, now));
-            if freed_any {
-                if let Some(seg) = self.release(sh, true) {
-                    return Some(seg);
-                }
-                continue;
-            }
-            if self.config.eviction == Eviction::None || !self.steal(sh.id, now) {
+            if self.reclaim_shard(sh, now) == 0 && !self.evict_for(sh, now) {
                 return None;
+            }
+            if let Some(seg) = self.release(sh, true) {
+                return Some(seg);
             }
         }
         None
     }
 
-    /// Evicts from another shard that is not busy; never waits, so two shards stealing from
-    /// each other cannot deadlock.
-    fn steal(&self, me: u32, now: UnixSecs) -> bool {
-        let n = self.shards.len();
-        for d in 1..n {
-            let other = (me as usize + d) % n;
-            if let Ok(mut sh) = self.shards[other].0.try_lock() {
-                if self.evict_one(&mut sh, now) {
-                    self.release(&mut sh, false);
-                    return true;
-                }
-            }
+    /// Frees segments by the eviction policy where the heap's oldest segment is, as one
+    /// unsharded segcache would: in that shard when it is another one and its lock is free
+    /// (what it frees goes to the pool), else in this shard, else in any shard that has some.
+    /// Without this, shards that free several segments at once (merge) would feed the others
+    /// through the pool and shrink while they grew. Another shard's lock is never waited for,
+    /// so two shards evicting for each other cannot deadlock.
+    fn evict_for(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        if self.config.eviction == Eviction::None {
+            return false;
         }
-        false
+        let me = sh.id as usize;
+        let oldest = (0..self.shards.len())
+            .min_by_key(|&s| self.oldest[s].load(Relaxed))
+            .expect("at least one shard");
+        if oldest != me && self.evict_in_other(oldest, now) {
+            return true;
+        }
+        if self.evict_one(sh, now) {
+            return true;
+        }
+        (0..self.shards.len()).any(|other| other != me && self.evict_in_other(other, now))
+    }
+
+    fn evict_in_other(&self, other: usize, now: UnixSecs) -> bool {
+        let Ok(mut guard) = self.shards[other].0.try_lock() else {
+            return false;
+        };
+        let evicted = self.evict_one(&mut guard, now);
+        if evicted {
+            self.release(&mut guard, false);
+        }
+        evicted
+    }
+
+    /// Publishes the age of this shard's oldest segment for `evict_for`; called whenever a
+    /// shard opens or frees segments. A stale value only makes a worse victim choice.
+    fn publish_oldest(&self, sh: &Shard) {
+        let order = self
+            .oldest_group(sh)
+            .map_or(u64::MAX, |g| self.meta(sh.chains[g][0]).order.load(Relaxed));
+        self.oldest[sh.id as usize].store(order, Relaxed);
     }
 
     fn oldest_group(&self, sh: &Shard) -> Option<usize> {
@@ -945,51 +972,65 @@ impl Store {
         }
     }
 
+    /// The item at `loc` in one of this locked shard's segments, and its index slot when the
+    /// index still points there (an item deleted or replaced since has none).
+    fn indexed_item(&self, sh: &Shard, loc: Loc) -> (Header, Option<usize>) {
+        let (hdr, tag) = {
+            // SAFETY: `loc.seg` belongs to this locked shard; the slice ends with this block.
+            let bytes = unsafe { self.segment(loc.seg) };
+            let item = &bytes[loc.off as usize..];
+            let h = item::parse(item);
+            (h, self.tag(h.key(item)))
+        };
+        (hdr, sh.index.find(tag, |p| p == loc.pack()))
+    }
+
+    fn removal_cause(hdr: &Header, now: UnixSecs) -> Cause {
+        if hdr.expiry != 0 && hdr.expiry <= now {
+            Cause::Expired
+        } else {
+            Cause::Evicted
+        }
+    }
+
     /// Unlinks every live item of a segment (or run) and frees it. Whole items only: an item
     /// never spans segments except inside a run, which goes as one.
     fn evict_segment(&self, sh: &mut Shard, head: u32, now: UnixSecs) {
         sh.churn += 1;
-        let end = get32(&self.meta(head).write_off) as usize;
+        let end = get32(&self.meta(head).write_off);
         let mut off = 0;
         while off < end {
-            let (hdr, tag) = {
-                // SAFETY: `head` belongs to this locked shard; the slice ends with this block.
-                let bytes = unsafe { self.segment(head) };
-                let item = &bytes[off..];
-                let h = item::parse(item);
-                (h, self.tag(h.key(item)))
-            };
-            let loc = Loc {
-                seg: head,
-                off: off as u32,
-            };
-            if let Some(slot) = sh.index.find(tag, |p| p == loc.pack()) {
-                let cause = if hdr.expiry != 0 && hdr.expiry <= now {
-                    Cause::Expired
-                } else {
-                    Cause::Evicted
-                };
+            let loc = Loc { seg: head, off };
+            let (hdr, slot) = self.indexed_item(sh, loc);
+            off += hdr.size() as u32;
+            if let Some(slot) = slot {
+                let cause = Self::removal_cause(&hdr, now);
                 self.unlink(sh, Found { slot, loc, hdr }, cause, false);
             }
-            off += hdr.size();
         }
         self.drop_segment(sh, head);
     }
 
-    /// Segcache's merge eviction: the oldest few segments of the oldest TTL group are compacted
-    /// into the first of them, keeping items read since they were written (or last merged) as
-    /// long as they fit in one segment; the rest are evicted and the other segments freed.
+    /// Segcache-style merge eviction, run as a clock over whole segments: the oldest segments
+    /// of the oldest TTL group are read in order; an item read since it was written (or last
+    /// kept) is kept, its mark cleared, and packed towards the front of what was read, the
+    /// others are evicted. It stops as soon as the packed items fill a segment and a whole
+    /// segment behind them is empty, leaving the rest of the segment being read in place for
+    /// the next merge, so kept items always fill their segments (no half-empty merge output),
+    /// and a hot item is never dropped for lack of room. The filled segments move to the young
+    /// end, so a kept item has a whole cycle to be read again before it is looked at again.
     fn merge(&self, sh: &mut Shard, now: UnixSecs) -> bool {
         let Some(g) = self.oldest_group(sh) else {
             return false;
         };
-        let mut segs = [NO_SEGMENT; MERGE_SEGMENTS];
+        // Sealed ordinary segments only: a run goes whole, the active segment is being written.
+        let mut sources = [NO_SEGMENT; MERGE_SEGMENTS];
         let mut n = 0;
         for &seg in sh.chains[g].iter().take(MERGE_SEGMENTS) {
             if get32(&self.meta(seg).run_len) != 1 || seg == sh.active[g] {
                 break;
             }
-            segs[n] = seg;
+            sources[n] = seg;
             n += 1;
         }
         if n < 2 {
@@ -997,47 +1038,52 @@ impl Store {
             return true;
         }
         sh.churn += 1;
-        let dest = segs[0];
-        let dest_created = get32(&self.meta(dest).created);
-        let (mut write, mut live, mut max_expiry) = (0usize, 0u32, 0u32);
-        for &src in &segs[..n] {
+        // Packing goes to `sources[out]` at `write`; it never passes the item being read, so
+        // no unread item is overwritten.
+        let mut out = 0;
+        let mut write = 0usize;
+        let mut max_expiry = 0u32;
+        // The source left partly read, when the merge stops inside one.
+        let mut stopped = None;
+        'sources: for (i, &src) in sources[..n].iter().enumerate() {
             let src_meta = self.meta(src);
             let src_created = get32(&src_meta.created);
-            let end = get32(&src_meta.write_off) as usize;
+            let end = get32(&src_meta.write_off);
             let mut off = 0;
             while off < end {
-                let (hdr, tag) = {
-                    // SAFETY: `src` belongs to this locked shard; the slice ends with this block.
-                    let bytes = unsafe { self.segment(src) };
-                    let item = &bytes[off..];
-                    let h = item::parse(item);
-                    (h, self.tag(h.key(item)))
-                };
+                let loc = Loc { seg: src, off };
+                let (hdr, slot) = self.indexed_item(sh, loc);
                 let size = hdr.size();
-                let loc = Loc {
-                    seg: src,
-                    off: off as u32,
-                };
-                off += size;
-                let Some(slot) = sh.index.find(tag, |p| p == loc.pack()) else {
+                let Some(slot) = slot else {
+                    off += size as u32;
                     continue;
                 };
                 let found = Found { slot, loc, hdr };
-                if hdr.expiry != 0 && hdr.expiry <= now {
-                    self.unlink(sh, found, Cause::Expired, false);
+                let cause = Self::removal_cause(&hdr, now);
+                if cause == Cause::Expired || !hdr.has(item::REFERENCED) {
+                    self.unlink(sh, found, cause, false);
+                    off += size as u32;
                     continue;
                 }
-                if !hdr.has(item::REFERENCED) || write + size > self.segment_size() {
-                    self.unlink(sh, found, Cause::Evicted, false);
-                    continue;
+                if write + size > self.segment_size() {
+                    // `out < i` here: an item read from `sources[out]` itself fits where it is.
+                    self.seal_merged(sources[out], write, max_expiry);
+                    if out + 1 < i {
+                        // Packed items fill a segment and a whole one behind them is empty.
+                        stopped = Some(i);
+                        break 'sources;
+                    }
+                    (out, write, max_expiry) = (i, 0, 0);
                 }
+                let dest = sources[out];
+                let dest_created = get32(&self.meta(dest).created);
                 let last_access = src_created + item::decode_age(hdr.access);
                 let age = item::encode_age(last_access.saturating_sub(dest_created));
-                let from = loc.off as usize;
+                let from = off as usize;
                 let moved = if src == dest {
                     // SAFETY: `dest` belongs to this locked shard; the only slice alive.
                     let bytes = unsafe { self.segment(dest) };
-                    // `write <= from`: kept items only ever move towards the start.
+                    // `write <= from`: packing never passes the item being read.
                     bytes.copy_within(from..from + size, write);
                     &mut bytes[write..write + size]
                 } else {
@@ -1047,47 +1093,65 @@ impl Store {
                         unsafe { (self.segment(src), self.segment(dest)) };
                     dest_bytes[write..write + size].copy_from_slice(&src_bytes[from..from + size]);
                     set32(&src_meta.live, get32(&src_meta.live) - 1);
+                    let dest_meta = self.meta(dest);
+                    set32(&dest_meta.live, get32(&dest_meta.live) + 1);
                     &mut dest_bytes[write..write + size]
                 };
                 item::set_bits(moved, 0, item::REFERENCED);
                 item::set_access(moved, age);
-                sh.index.set_location(
-                    slot,
-                    Loc {
-                        seg: dest,
-                        off: write as u32,
-                    }
-                    .pack(),
-                );
+                let packed = Loc {
+                    seg: dest,
+                    off: write as u32,
+                };
+                sh.index.set_location(slot, packed.pack());
                 write += size;
-                live += 1;
                 max_expiry = max_expiry.max(expiry_rank(hdr.expiry));
+                off += size as u32;
             }
         }
-        let meta = self.meta(dest);
-        set32(&meta.write_off, write as u32);
-        set32(&meta.live, live);
-        set32(&meta.max_expiry, max_expiry);
-        // The kept items moved, so they take new CAS uniques: a unique never names two places.
-        meta.epoch.store(self.next_epoch(), Relaxed);
-        for &seg in &segs[1..n] {
-            debug_assert_eq!(get32(&self.meta(seg).live), 0);
-            self.drop_segment(sh, seg);
+        let read = stopped.unwrap_or(n);
+        if stopped.is_none() {
+            self.seal_merged(sources[out], write, max_expiry);
         }
-        // The merged segment goes to the young end (before the active tail), so the next merge
-        // takes the following segments and a kept item has a whole cycle to be read again, as
-        // segcache's merge cursor moving along the chain does.
+        // Segments holding packed items; every other fully read one is now empty.
+        let kept = if write == 0 && stopped.is_none() {
+            out
+        } else {
+            out + 1
+        };
         let chain = &mut sh.chains[g];
-        chain.pop_front();
+        chain.drain(..read);
+        for &seg in &sources[kept..read] {
+            debug_assert_eq!(get32(&self.meta(seg).live), 0);
+            sh.freed.push(seg);
+        }
         let young_end = if chain.back() == Some(&sh.active[g]) {
             chain.len() - 1
         } else {
             chain.len()
         };
-        chain.insert(young_end, dest);
-        meta.order.store(self.next_epoch(), Relaxed);
+        for (k, &seg) in sources[..kept].iter().enumerate() {
+            chain.insert(young_end + k, seg);
+            self.meta(seg).order.store(self.next_epoch(), Relaxed);
+        }
         sh.counters.merges += 1;
+        if kept == read {
+            // Every item read was hot and they packed with no room to spare: nothing freed, so
+            // evict the oldest segment outright (their marks are cleared for the next pass).
+            let oldest = sh.chains[g][0];
+            self.evict_segment(sh, oldest, now);
+        }
         true
+    }
+
+    /// Finishes a segment that merge packed `len` bytes of kept items into.
+    fn seal_merged(&self, seg: u32, len: usize, max_expiry: u32) {
+        let meta = self.meta(seg);
+        debug_assert_eq!(len == 0, get32(&meta.live) == 0);
+        set32(&meta.write_off, len as u32);
+        set32(&meta.max_expiry, max_expiry);
+        // The kept items moved, so they take new CAS uniques: a unique never names two places.
+        meta.epoch.store(self.next_epoch(), Relaxed);
     }
 
     /// Frees this shard's segments whose every item has expired; returns how many.
