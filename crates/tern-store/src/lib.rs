@@ -15,9 +15,10 @@
 //! - Each shard keeps one chain of segments per TTL group (never, and one per power of two of
 //!   seconds), so items that expire together sit together: `reclaim_expired` frees whole
 //!   segments whose last deadline has passed.
-//! - When the pool is empty a shard evicts its own segments: `Merge` (segcache's: the oldest
-//!   few segments of a chain are compacted into one, keeping items read since they were
-//!   written, dropping the rest), `Fifo`, `Random`; `None` answers out-of-memory.
+//! - When the pool is empty, the shard holding the heap's oldest segment evicts (see
+//!   `evict_for`): `Merge` (after segcache's: a clock over segments; the oldest segments of a
+//!   chain are read in order, items read since they were written are packed together and
+//!   kept, the rest dropped), `Fifo`, `Random`; `None` answers out-of-memory.
 //! - An item larger than a segment takes a run of contiguous segments from the same heap.
 //! - The CAS unique is the item's place: (segment epoch << log2(segment size)) | offset. Every
 //!   write goes to a fresh place, so every stored version gets a new unique at no per-item cost;
