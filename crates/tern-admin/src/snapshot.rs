@@ -58,6 +58,9 @@ pub struct StoreStats {
     pub expired_unfetched: u64,
     /// Evicted items that were never read (memcached's `evicted_unfetched`).
     pub evicted_unfetched: u64,
+    /// Seconds an item not read again has stayed so far: the age of the oldest segment at the
+    /// eviction end (memcached's `stats items` `age`, the age of its LRU tail).
+    pub oldest_item_age_seconds: u64,
     /// The segment layout.
     pub segments: SegmentStats,
 }

@@ -58,9 +58,10 @@ pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
 /// tern has no HOT/WARM/COLD LRU, so the fields are exactly those memcached 1.6 prints with
 /// `lru_segmented no` (`-o no_modern`). `number` = items, `mem_requested` = item bytes,
 /// `evicted`, `reclaimed`, `outofmemory`, `expired_unfetched` and `evicted_unfetched` = the
-/// store's and commands' counts. The store reports no item ages, eviction times, tail repairs
-/// or LRU crawler, so `age`, `evicted_nonzero`, `evicted_time`, `tailrepairs`,
-/// `crawler_reclaimed`, `crawler_items_checked` and `lrutail_reflocked` are 0.
+/// store's and commands' counts, `age` = the age of the oldest segment at the eviction end
+/// (memcached's: of its LRU tail). The store keeps no eviction times, tail repairs or LRU
+/// crawler, so `evicted_nonzero`, `evicted_time`, `tailrepairs`, `crawler_reclaimed`,
+/// `crawler_items_checked` and `lrutail_reflocked` are 0.
 pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
     let mut s = Stats::new();
     let store = &snap.store;
@@ -68,7 +69,7 @@ pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
         let m = MemcachedCounters::from_totals(&snap.totals());
         let fields: [(&str, u64); 14] = [
             ("number", store.items),
-            ("age", 0),
+            ("age", store.oldest_item_age_seconds),
             ("mem_requested", store.bytes),
             ("evicted", store.evictions),
             ("evicted_nonzero", 0),
@@ -293,6 +294,7 @@ mod tests {
                 items: 1,
                 bytes: 61,
                 reclaimed: 2,
+                oldest_item_age_seconds: 35,
                 segments: SegmentStats {
                     segment_bytes: 1 << 20,
                     segments_total: 4,
@@ -323,6 +325,7 @@ mod tests {
         assert!(out.contains("STAT items:1:mem_requested 61\r\n"));
         assert!(out.contains("STAT items:1:outofmemory 1\r\n"));
         assert!(out.contains("STAT items:1:reclaimed 2\r\n"));
+        assert!(out.contains("STAT items:1:age 35\r\n"));
         assert!(out.ends_with("END\r\n"));
         assert_eq!(text(render_stats_items(&Snapshot::default())), "END\r\n");
     }

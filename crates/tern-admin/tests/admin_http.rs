@@ -39,6 +39,7 @@ impl AdminSource for FakeServer {
                 reclaimed: 1,
                 expired_unfetched: 1,
                 evicted_unfetched: 2,
+                oldest_item_age_seconds: 40,
                 segments: SegmentStats {
                     segment_bytes: 1 << 20,
                     segments_total: 8,

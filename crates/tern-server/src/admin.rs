@@ -147,6 +147,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
         reclaimed: s.reclaimed,
         expired_unfetched: s.expired_unfetched,
         evicted_unfetched: s.evicted_unfetched,
+        oldest_item_age_seconds: u64::from(s.oldest_item_age),
         segments: SegmentStats {
             segment_bytes,
             segments_total,

@@ -163,6 +163,7 @@ fn stats_and_metrics_count_a_known_sequence() {
         ("threads", "2"),
         ("conn_yields", "0"),
         ("curr_items", "2"),
+        ("total_items", "3"),
         ("bytes", "5"),
         ("evictions", "0"),
         ("reclaimed", "0"),
@@ -216,12 +217,9 @@ fn stats_and_metrics_count_a_known_sequence() {
         one("memcached_current_items", "memcached_current_items"),
         2.0
     );
-    // The store counts every item it writes, incr/decr and touch rewrites included (memcached
-    // would count 3 here), so this checks the two paths agree rather than a figure.
-    assert_eq!(
-        one("memcached_items", "memcached_items_total").to_string(),
-        get("total_items")
-    );
+    // Three stores; the incr/decr fit their old length and the touches move nothing, so
+    // memcached 1.6.18 counts 3 too.
+    assert_eq!(one("memcached_items", "memcached_items_total"), 3.0);
     assert_eq!(
         one(
             "memcached_current_connections",

@@ -291,6 +291,9 @@ pub struct StoreStats {
     pub index_bytes: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
+    /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
+    /// long an item that is not read again stays (memcached's `stats items` age); 0 when empty.
+    pub oldest_item_age: u32,
 }
 
 /// TTL groups per shard: 0 for items that never expire, then one per power of two of seconds.
@@ -1205,7 +1208,6 @@ impl Store {
         c.curr_items += 1;
         c.bytes += (hdr.key_len + hdr.value_len) as u64;
         c.item_bytes += hdr.size() as u64;
-        c.total_items += 1;
     }
 
     /// Whether an item of `size` bytes goes to an ordinary segment (else a run).
@@ -1679,12 +1681,16 @@ impl Store {
                     self.put_small(sh, key, tag, found, flags, expiry, None, parts, 0, now);
                 sh.scratch = scratch;
                 return match written {
-                    Some(loc) => self.give_up(
-                        run,
-                        StoreOutcome::Stored {
-                            cas: self.place_cas(loc),
-                        },
-                    ),
+                    Some(loc) => {
+                        // Stores only: as memcached's, touch and incr rewrites do not count.
+                        sh.counters.total_items += 1;
+                        self.give_up(
+                            run,
+                            StoreOutcome::Stored {
+                                cas: self.place_cas(loc),
+                            },
+                        )
+                    }
                     None => self.fail(sh, op, key, tag, run, StoreOutcome::OutOfMemory),
                 };
             }
@@ -1706,6 +1712,7 @@ impl Store {
                     let hdr = item::parse(unsafe { self.segment(start) });
                     let loc = Loc { seg: start, off: 0 };
                     self.link(sh, key, tag, loc, hdr, None);
+                    sh.counters.total_items += 1;
                     return StoreOutcome::Stored {
                         cas: self.place_cas(loc),
                     };
@@ -1857,6 +1864,9 @@ impl Store {
         scratch.extend_from_slice(digits);
         if scratch.len() < h.value_len {
             scratch.resize(h.value_len, b' ');
+        } else if scratch.len() > h.value_len {
+            // memcached links a new item only when the number outgrows its old length.
+            sh.counters.total_items += 1;
         }
         // memcached rewrites a counter in place when it can, marks and all.
         let keep = h.bits & (item::FETCHED | item::STALE | item::WIN_SENT | item::REFERENCED);
@@ -1923,6 +1933,7 @@ impl Store {
         let now = self.clock.now();
         let mut total = Counters::default();
         let mut index_bytes = 0;
+        let mut oldest_created = now;
         for shard in 0..self.shards.len() {
             let mut guard = self.lock(shard);
             let sh = &mut *guard;
@@ -1939,6 +1950,11 @@ impl Store {
             total.reclaimed_segments += c.reclaimed_segments;
             total.merges += c.merges;
             index_bytes += sh.index.bytes() as u64;
+            for chain in &sh.chains {
+                if let Some(&head) = chain.front() {
+                    oldest_created = oldest_created.min(get32(&self.meta(head).created));
+                }
+            }
         }
         let free = self
             .pool
@@ -1959,6 +1975,7 @@ impl Store {
             heap_used: ((self.metas.len() - free) << self.segment_shift) as u64,
             index_bytes,
             item_bytes_with_headers: total.item_bytes,
+            oldest_item_age: now - oldest_created,
         }
     }
 
@@ -2035,6 +2052,21 @@ mod tests {
         assert!(get(&s, b"k").is_ok());
         s.clock().advance(1);
         assert_eq!(get(&s, b"k"), Err(Miss::Expired));
+    }
+
+    #[test]
+    fn total_items_counts_stores_and_outgrown_counters_only() {
+        let s = store();
+        s.store(StoreOp::Set, b"a", 0, Expiry::NEVER, b"aa");
+        s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"5");
+        s.store(StoreOp::Add, b"a", 0, Expiry::NEVER, b"x");
+        let _ = s.incr_decr(b"n", Arith::Incr, 2, None);
+        let _ = s.incr_decr(b"n", Arith::Decr, 1, None);
+        assert!(s.touch(b"a", Expiry(s.clock().now() + 100)));
+        assert_eq!(s.stats().total_items, 2);
+        // 6 -> 106 no longer fits where 6 was: memcached links a new item and counts it.
+        let _ = s.incr_decr(b"n", Arith::Incr, 100, None);
+        assert_eq!(s.stats().total_items, 3);
     }
 
     #[test]

@@ -307,6 +307,10 @@ fn expired_segments_are_reclaimed_without_being_read() {
     assert_eq!(after.expired_unfetched, 20_000);
     assert!(after.heap_used < before.heap_used / 4);
     assert_eq!(s.get(b"forever", |it| it.value.to_vec()), Ok(b"x".to_vec()));
+    // `stats items` age: the surviving segment was opened 11 s ago; an empty store has none.
+    assert_eq!((before.oldest_item_age, after.oldest_item_age), (0, 11));
+    s.flush_all(0);
+    assert_eq!(s.stats().oldest_item_age, 0);
 }
 
 #[test]
