@@ -3,14 +3,13 @@
 //! other `stats` subcommands and admin endpoints, and hot keys found in a Zipf workload.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::Command as Process;
 use std::time::Duration;
 
 use serde_json::Value;
 use tern_testkit::prometheus::{self, sample};
-use tern_testkit::{free_port, Conn, ServerProcess};
+use tern_testkit::{free_port, http_get, Conn, ServerProcess};
 
 /// `STAT name value` lines of a reply, in order.
 fn stat_lines(reply: &[u8]) -> Vec<(String, String)> {
@@ -31,28 +30,15 @@ fn stats(c: &mut Conn, request: &str) -> HashMap<String, String> {
         .collect()
 }
 
-/// One HTTP/1.1 GET: (status, body).
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_string(),
-    )
+/// One GET of the admin endpoint on `port`: (status, body).
+fn admin_get(port: u16, path: &str) -> (u16, String) {
+    let (status, _, body) = http_get(("127.0.0.1", port), path);
+    (status, body)
 }
 
 /// `/metrics` parsed by prometheus_client: family -> samples.
 fn scrape(port: u16) -> Value {
-    let (status, body) = http_get(port, "/metrics");
+    let (status, body) = admin_get(port, "/metrics");
     assert_eq!(status, 200);
     prometheus::parse(&body)
 }
@@ -373,22 +359,22 @@ fn stats_subcommands_and_admin_endpoints() {
     );
     c.expect(b"stats nonsense\r\n", b"ERROR\r\n");
 
-    assert_eq!(http_get(admin, "/health"), (200, "OK\n".to_string()));
+    assert_eq!(admin_get(admin, "/health"), (200, "OK\n".to_string()));
     assert_eq!(
-        http_get(admin, "/version"),
+        admin_get(admin, "/version"),
         (200, format!("{}\n", env!("CARGO_PKG_VERSION")))
     );
-    let (status, body) = http_get(admin, "/settings");
+    let (status, body) = admin_get(admin, "/settings");
     assert_eq!(status, 200);
     let settings: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(settings["tcpport"], server.port.to_string());
-    let (status, body) = http_get(admin, "/stats");
+    let (status, body) = admin_get(admin, "/stats");
     assert_eq!(status, 200);
     let json: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["stats"]["curr_items"], 1);
     assert_eq!(json["stats"]["pid"], server.pid());
     assert_eq!(json["segments"]["segments_used"], 1);
-    assert_eq!(http_get(admin, "/nope").0, 404);
+    assert_eq!(admin_get(admin, "/nope").0, 404);
 }
 
 /// A Zipf(1.0) sampler over `n` ranks with a fixed seed, so the test is repeatable.
@@ -490,7 +476,7 @@ fn zipf_workload_finds_the_hottest_keys() {
         "estimate {estimate} vs {real}"
     );
 
-    let (status, body) = http_get(admin, "/hotkeys?n=3");
+    let (status, body) = admin_get(admin, "/hotkeys?n=3");
     assert_eq!(status, 200);
     let json: Value = serde_json::from_str(&body).unwrap();
     let over_http: Vec<&str> = json["keys"]

@@ -5,7 +5,7 @@ pub mod bench;
 pub mod prometheus;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -259,6 +259,23 @@ impl Conn {
             }
         }
     }
+}
+
+/// One HTTP/1.1 GET of `path` over a fresh connection (`Connection: close`, read to the end):
+/// (status, status line and headers, body).
+pub fn http_get(addr: impl ToSocketAddrs, path: &str) -> (u16, String, String) {
+    let mut conn = TcpStream::connect(addr).expect("connect to the HTTP endpoint");
+    conn.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
 }
 
 /// A small seeded generator (xorshift64*) for random test streams: a failing stream replays from
