@@ -6,7 +6,6 @@ use std::io::{self, Read, Write};
 
 use std::time::Instant;
 
-use tern_admin::{Command as Op, Outcome};
 use tern_proto::ascii::{self, Command, Frame};
 
 use crate::exec::{After, Executor};
@@ -275,10 +274,7 @@ impl Conn {
             served += 1;
             match parsed {
                 Err(rejection) => {
-                    exec.record(Op::Invalid, Outcome::Error);
-                    if !rejection.noreply {
-                        self.wbuf.extend_from_slice(rejection.reply);
-                    }
+                    exec.reject(rejection, &mut self.wbuf);
                     self.rstart += consumed;
                 }
                 Ok(Command::Store {

@@ -119,6 +119,15 @@ impl<'a> Executor<'a> {
         Expiry::from_exptime(exptime, self.shared.store.clock().now())
     }
 
+    /// A line the parser refused: counted as an invalid request, answered with memcached's error
+    /// unless the line asked for `noreply`.
+    pub fn reject(&self, rejection: ascii::Rejection, out: &mut Vec<u8>) {
+        self.record(Op::Invalid, Outcome::Error);
+        if !rejection.noreply {
+            out.extend_from_slice(rejection.reply);
+        }
+    }
+
     /// Runs any command but the storage ones (see [`Executor::store`]).
     pub fn execute(&self, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
         let store = &self.shared.store;

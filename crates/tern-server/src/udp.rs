@@ -175,11 +175,7 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
         };
         let mut used = consumed;
         match parsed {
-            Err(rejection) => {
-                if !rejection.noreply {
-                    out.reply.extend_from_slice(rejection.reply);
-                }
-            }
+            Err(rejection) => exec.reject(rejection, out.reply),
             Ok(Command::Store {
                 kind,
                 key,
