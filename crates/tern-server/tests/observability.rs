@@ -9,26 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tern_testkit::prometheus::{self, sample};
-use tern_testkit::{free_port, http_get, Conn, ServerProcess};
-
-/// `STAT name value` lines of a reply, in order.
-fn stat_lines(reply: &[u8]) -> Vec<(String, String)> {
-    let text = String::from_utf8(reply.to_vec()).unwrap();
-    assert!(text.ends_with("END\r\n"), "{text}");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("STAT "))
-        .map(|l| {
-            let (k, v) = l.split_once(' ').unwrap();
-            (k.to_string(), v.to_string())
-        })
-        .collect()
-}
-
-fn stats(c: &mut Conn, request: &str) -> HashMap<String, String> {
-    stat_lines(&c.request(request.as_bytes(), b"END\r\n"))
-        .into_iter()
-        .collect()
-}
+use tern_testkit::{free_port, http_get, stat_lines, Conn, ServerProcess};
 
 /// One GET of the admin endpoint on `port`: (status, body).
 fn admin_get(port: u16, path: &str) -> (u16, String) {
@@ -68,7 +49,7 @@ impl Counted {
 /// Waits until the server has counted the test kit's start-up probe as closed.
 fn settle(c: &mut Conn) {
     for _ in 0..500 {
-        if stats(c, "stats\r\n")["curr_connections"] == "1" {
+        if c.stats("stats\r\n")["curr_connections"] == "1" {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -313,11 +294,11 @@ fn stats_subcommands_and_admin_endpoints() {
     let server = ServerProcess::tern(&["-t", "2", "--admin-port", &admin.to_string()]);
     let mut c = server.connect();
     c.expect(b"set k 0 0 5\r\nhello\r\n", b"STORED\r\n");
-    let items = stats(&mut c, "stats items\r\n");
+    let items = c.stats("stats items\r\n");
     assert_eq!(items["items:1:number"], "1");
     assert_eq!(items["items:1:mem_requested"], "6");
-    let slabs = stats(&mut c, "stats slabs\r\n");
-    let segments = stats(&mut c, "stats segments\r\n");
+    let slabs = c.stats("stats slabs\r\n");
+    let segments = c.stats("stats segments\r\n");
     assert_eq!(slabs["1:chunk_size"], segments["segment_size"]);
     assert_eq!(slabs["1:used_chunks"], "1");
     assert_eq!(segments["segments_used"], "1");
@@ -326,7 +307,7 @@ fn stats_subcommands_and_admin_endpoints() {
     assert_eq!(total * size, 64 << 20);
     assert_eq!(slabs["total_malloced"], (64u64 << 20).to_string());
     assert_eq!(slabs["active_slabs"], "1");
-    let settings = stats(&mut c, "stats settings\r\n");
+    let settings = c.stats("stats settings\r\n");
     assert_eq!(settings["admin_port"], admin.to_string());
     assert_eq!(settings["hotkey_sample_rate"], "64");
     assert_eq!(settings["num_threads"], "2");
@@ -499,7 +480,7 @@ fn hot_keys_off_with_sample_rate_zero() {
     let hot = stat_lines(&c.request(b"stats hotkeys\r\n", b"END\r\n"));
     assert_eq!(hot.len(), 2, "{hot:?}");
     assert_eq!(hot[1], ("hotkeys_sample_every".into(), "0".into()));
-    let settings = stats(&mut c, "stats settings\r\n");
+    let settings = c.stats("stats settings\r\n");
     assert_eq!(settings["hotkey_sample_rate"], "0");
     assert_eq!(settings["admin_port"], "off");
 }

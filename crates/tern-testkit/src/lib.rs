@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod prometheus;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -248,6 +249,14 @@ impl Conn {
         String::from_utf8(got).expect("utf-8 reply")
     }
 
+    /// Sends a `stats` request (`"stats\r\n"`, `"stats settings\r\n"`, ...) and returns its
+    /// `STAT name value` lines by name.
+    pub fn stats(&mut self, request: &str) -> HashMap<String, String> {
+        stat_lines(&self.request(request.as_bytes(), b"END\r\n"))
+            .into_iter()
+            .collect()
+    }
+
     /// True when the server has closed the connection (reads EOF within the patience window).
     pub fn is_closed_by_server(&mut self) -> bool {
         let mut buf = [0u8; 1024];
@@ -259,6 +268,19 @@ impl Conn {
             }
         }
     }
+}
+
+/// The `STAT name value` lines of a reply that ends in `END`, in order.
+pub fn stat_lines(reply: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8(reply.to_vec()).expect("utf-8 stats");
+    assert!(text.ends_with("END\r\n"), "{text}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .map(|l| {
+            let (k, v) = l.split_once(' ').expect("STAT name value");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
 }
 
 /// One HTTP/1.1 GET of `path` over a fresh connection (`Connection: close`, read to the end):
