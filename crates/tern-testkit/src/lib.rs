@@ -2,6 +2,7 @@
 //! Debian's `memcached`, the reference peer) on a free loopback port, and talk to it over TCP.
 
 pub mod bench;
+pub mod binary;
 pub mod prometheus;
 
 use std::collections::HashMap;
