@@ -77,20 +77,29 @@ impl ServerProcess {
         Self::spawn(cmd, port)
     }
 
-    fn spawn(mut cmd: Command, port: u16) -> ServerProcess {
+    /// Spawns `cmd` and waits until it accepts TCP on `port`.
+    fn spawn(cmd: Command, port: u16) -> ServerProcess {
+        Self::start(cmd, port, || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+    }
+
+    /// Spawns `cmd` (stdout dropped, stderr shown) and waits until `ready`, failing the test if
+    /// the server exits first or is not ready within [`PATIENCE`].
+    fn start(mut cmd: Command, port: u16, ready: impl Fn() -> bool) -> ServerProcess {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         let mut server = ServerProcess { child, port };
         let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !ready() {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("{cmd:?} exited before accepting: {status}");
+                panic!("{cmd:?} exited before it was ready: {status}");
             }
             assert!(
                 Instant::now() < deadline,
-                "{cmd:?} did not accept on port {port}"
+                "{cmd:?} was not ready in time (port {port})"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
