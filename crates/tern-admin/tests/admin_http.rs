@@ -1,8 +1,7 @@
 //! The admin endpoint over real TCP on 127.0.0.1, with a fake source standing in for the server,
 //! and `/metrics` parsed by Python's `prometheus_client` (installed by .ci/run).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use tern_admin::{
     AdminServer, AdminSource, Command, HotKeyConfig, HotKeys, HotKeysReport, Outcome, SegmentStats,
     Snapshot, StoreStats, WorkerMetrics,
 };
+use tern_testkit::http_get;
 use tern_testkit::prometheus::{self, sample};
 
 struct FakeServer {
@@ -110,27 +110,10 @@ fn fake_server() -> FakeServer {
     }
 }
 
-/// One HTTP/1.1 GET over a fresh TCP connection: (status, headers, body).
-fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut conn = TcpStream::connect(addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, head.to_string(), body.to_string())
-}
-
 #[test]
 fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
     let server = AdminServer::start("127.0.0.1:0", Arc::new(fake_server())).unwrap();
-    let (status, head, body) = get(server.local_addr(), "/metrics");
+    let (status, head, body) = http_get(server.local_addr(), "/metrics");
     assert_eq!(status, 200);
     assert!(
         head.to_ascii_lowercase()
@@ -291,7 +274,7 @@ fn json_text_and_error_routes() {
     let server = AdminServer::start("127.0.0.1:0", Arc::new(fake_server())).unwrap();
     let addr = server.local_addr();
 
-    let (status, head, body) = get(addr, "/stats");
+    let (status, head, body) = http_get(addr, "/stats");
     assert_eq!(status, 200);
     assert!(head
         .to_ascii_lowercase()
@@ -312,36 +295,34 @@ fn json_text_and_error_routes() {
     assert_eq!(stats["workers"][1]["wakeups"], 1);
     assert_eq!(stats["segments"]["segments_used"], 2);
 
-    assert_eq!(
-        get(addr, "/health"),
-        (200, get(addr, "/health").1, "OK\n".into())
-    );
-    let (status, _, body) = get(addr, "/version");
+    let (status, _, body) = http_get(addr, "/health");
+    assert_eq!((status, body.as_str()), (200, "OK\n"));
+    let (status, _, body) = http_get(addr, "/version");
     assert_eq!(
         (status, body.as_str()),
         (200, "0.1.0-test \"quoted\" back\\slash\n")
     );
 
-    let (status, _, body) = get(addr, "/settings");
+    let (status, _, body) = http_get(addr, "/settings");
     assert_eq!(status, 200);
     let settings: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(settings["maxbytes"], "67108864");
     assert_eq!(settings["num_threads"], "2");
 
-    let (status, _, body) = get(addr, "/hotkeys?n=1");
+    let (status, _, body) = http_get(addr, "/hotkeys?n=1");
     assert_eq!(status, 200);
     let hot: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(hot["sample_every"], 1);
     assert_eq!(hot["keys"].as_array().unwrap().len(), 1);
     assert_eq!(hot["keys"][0]["key"], "hot");
     assert_eq!(hot["keys"][0]["estimated_requests"], 5);
-    let (_, _, body) = get(addr, "/hotkeys");
+    let (_, _, body) = http_get(addr, "/hotkeys");
     let hot: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(hot["keys"][1]["key"], "warm");
 
-    assert_eq!(get(addr, "/hotkeys?n=x").0, 400);
-    assert_eq!(get(addr, "/nope").0, 404);
-    assert_eq!(get(addr, "/").0, 404);
+    assert_eq!(http_get(addr, "/hotkeys?n=x").0, 400);
+    assert_eq!(http_get(addr, "/nope").0, 404);
+    assert_eq!(http_get(addr, "/").0, 404);
     drop(server);
     // tiny_http closes its listener from its accept thread once woken, so give it a moment.
     let closed = (0..100).any(|_| {

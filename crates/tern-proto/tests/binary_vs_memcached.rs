@@ -10,9 +10,8 @@
 //! `body_len` bytes *after* the key and extras, eating into the next request; tern skips the
 //! frame).
 
-use std::io::Read;
-
 use tern_proto::binary::{self, Opcode, Parsed, Status, Then};
+use tern_testkit::binary::{frame, Reply};
 use tern_testkit::{Conn, Rng, ServerProcess};
 
 const OPCODES: &[u8] = &[
@@ -23,20 +22,6 @@ const OPCODES: &[u8] = &[
 
 /// Opaque of the Noop that ends each exchange, unlike the generated frames'.
 const END_OPAQUE: u32 = 0xfeed_face;
-
-fn frame(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut v = vec![binary::REQUEST_MAGIC, opcode];
-    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    v.push(extras.len() as u8);
-    v.extend_from_slice(&[0, 0, 0]);
-    v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    v.extend_from_slice(&0x1234_5678u32.to_be_bytes());
-    v.extend_from_slice(&0u64.to_be_bytes());
-    v.extend_from_slice(extras);
-    v.extend_from_slice(key);
-    v.extend_from_slice(value);
-    v
-}
 
 fn random_frame(rng: &mut Rng) -> Vec<u8> {
     let opcode = OPCODES[rng.below(OPCODES.len() as u64) as usize];
@@ -63,7 +48,7 @@ fn random_frame(rng: &mut Rng) -> Vec<u8> {
     let extras: Vec<u8> = (0..extras_len).map(|_| rng.next_u64() as u8).collect();
     let key = vec![b'k'; key_len];
     let value = vec![b'1'; value_len];
-    frame(opcode, &extras, &key, &value)
+    frame(opcode, &extras, &key, &value, 0x1234_5678)
 }
 
 /// Reads response packets until the Noop's (or EOF). Returns the statuses and whether the
@@ -71,19 +56,14 @@ fn random_frame(rng: &mut Rng) -> Vec<u8> {
 fn responses(conn: &mut Conn) -> (Vec<(u8, u16)>, bool) {
     let mut got = Vec::new();
     loop {
-        let mut header = [0u8; 24];
-        if conn.stream.read_exact(&mut header).is_err() {
+        let Ok(reply) = Reply::read(&mut conn.stream) else {
             return (got, true);
-        }
-        let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
-        let mut skip = vec![0u8; body];
-        conn.stream.read_exact(&mut skip).expect("response body");
-        let status = u16::from_be_bytes([header[6], header[7]]);
-        if header[12..16] == END_OPAQUE.to_be_bytes() {
+        };
+        if reply.opaque == END_OPAQUE {
             return (got, false);
         }
-        got.push((header[1], status));
-        if header[1] == Opcode::Quit as u8 || header[1] == Opcode::QuitQ as u8 {
+        got.push((reply.opcode, reply.status));
+        if reply.opcode == Opcode::Quit as u8 || reply.opcode == Opcode::QuitQ as u8 {
             return (got, true);
         }
     }
@@ -106,8 +86,7 @@ fn skipped(opcode: u8, f: &[u8]) -> bool {
 fn binary_parser_agrees_with_memcached_on_generated_frames() {
     let server = ServerProcess::memcached(&[]);
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut noop = frame(Opcode::Noop as u8, &[], &[], &[]);
-    noop[12..16].copy_from_slice(&END_OPAQUE.to_be_bytes());
+    let noop = frame(Opcode::Noop as u8, &[], &[], &[], END_OPAQUE);
     let (mut accepted, mut rejected) = (0, 0);
     for _ in 0..3000 {
         let f = random_frame(&mut rng);

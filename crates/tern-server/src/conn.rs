@@ -6,10 +6,9 @@ use std::io::{self, Read, Write};
 
 use std::time::Instant;
 
-use tern_admin::{Command as Op, Outcome};
 use tern_proto::ascii::{self, Command, Frame};
 
-use crate::exec::{After, Executor};
+use crate::exec::{After, Executor, Step};
 use crate::net::Stream;
 use crate::{binary, meta};
 
@@ -72,7 +71,6 @@ enum Protocol {
 /// Per-call limits from the settings.
 pub struct Limits {
     pub max_reqs_per_event: usize,
-    pub max_item_size: usize,
     pub max_line: usize,
 }
 
@@ -273,71 +271,34 @@ impl Conn {
             self.need = 0;
             self.need_exact = false;
             served += 1;
-            match parsed {
+            let after = &buf[consumed..];
+            let step = match parsed {
                 Err(rejection) => {
-                    exec.record(Op::Invalid, Outcome::Error);
-                    if !rejection.noreply {
-                        self.wbuf.extend_from_slice(rejection.reply);
-                    }
-                    self.rstart += consumed;
+                    exec.reject(rejection, &mut self.wbuf);
+                    Step::Done(0)
                 }
-                Ok(Command::Store {
-                    kind,
-                    key,
-                    flags,
-                    exptime,
-                    bytes,
-                    cas_unique,
-                    noreply,
-                }) => {
-                    if bytes > limits.max_item_size {
-                        exec.too_large(kind, key, noreply, &mut self.wbuf);
+                Ok(cmd @ Command::Store { .. }) => exec.store_command(cmd, after, &mut self.wbuf),
+                Ok(Command::Meta { line }) => meta::run(exec, line, after, &mut self.wbuf),
+                Ok(cmd) => match exec.execute(cmd, &mut self.wbuf) {
+                    After::Continue => Step::Done(0),
+                    After::CloseAfterWrite => {
                         self.rstart += consumed;
-                        self.swallow = bytes + 2;
-                        continue;
-                    }
-                    let Some(data) = ascii::data_block(&buf[consumed..], bytes) else {
-                        self.need = consumed + bytes + 2;
-                        self.need_exact = true;
+                        self.close_after_write = true;
                         return Some(false);
-                    };
-                    exec.store(
-                        kind,
-                        key,
-                        flags,
-                        exptime,
-                        cas_unique,
-                        data,
-                        noreply,
-                        &mut self.wbuf,
-                    );
-                    self.rstart += consumed + bytes + 2;
-                }
-                Ok(Command::Meta { line }) => {
-                    match meta::run(exec, line, &buf[consumed..], &mut self.wbuf) {
-                        meta::Step::Done(data) => self.rstart += consumed + data,
-                        meta::Step::Need(data) => {
-                            self.need = consumed + data;
-                            self.need_exact = true;
-                            return Some(false);
-                        }
-                        meta::Step::Swallow(data) => {
-                            self.rstart += consumed;
-                            self.swallow = data;
-                        }
                     }
+                    After::CloseNow => return None,
+                },
+            };
+            match step {
+                Step::Done(data) => self.rstart += consumed + data,
+                Step::Need(data) => {
+                    self.need = consumed + data;
+                    self.need_exact = true;
+                    return Some(false);
                 }
-                Ok(cmd) => {
-                    let after = exec.execute(cmd, &mut self.wbuf);
+                Step::Swallow(data) => {
                     self.rstart += consumed;
-                    match after {
-                        After::Continue => {}
-                        After::CloseAfterWrite => {
-                            self.close_after_write = true;
-                            return Some(false);
-                        }
-                        After::CloseNow => return None,
-                    }
+                    self.swallow = data;
                 }
             }
         }
@@ -429,7 +390,6 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         max_reqs_per_event: 20,
-        max_item_size: 1 << 20,
         max_line: 1 << 20,
     };
 

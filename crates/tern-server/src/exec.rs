@@ -85,6 +85,18 @@ pub enum After {
     CloseNow,
 }
 
+/// What the connection does with its input after a command line that may carry a data block
+/// (a storage command, `ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The command ran; drop this many bytes after the line (its data block).
+    Done(usize),
+    /// The data block has not fully arrived: this many bytes after the line are needed.
+    Need(usize),
+    /// An error was answered; discard this many bytes after the line, arrived or not.
+    Swallow(usize),
+}
+
 /// Runs commands for one worker.
 pub struct Executor<'a> {
     pub shared: &'a Shared,
@@ -119,7 +131,16 @@ impl<'a> Executor<'a> {
         Expiry::from_exptime(exptime, self.shared.store.clock().now())
     }
 
-    /// Runs any command but the storage ones (see [`Executor::store`]).
+    /// A line the parser refused: counted as an invalid request, answered with memcached's error
+    /// unless the line asked for `noreply`.
+    pub fn reject(&self, rejection: ascii::Rejection, out: &mut Vec<u8>) {
+        self.record(Op::Invalid, Outcome::Error);
+        if !rejection.noreply {
+            out.extend_from_slice(rejection.reply);
+        }
+    }
+
+    /// Runs any command but the storage ones (see [`Executor::store_command`]).
     pub fn execute(&self, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
         let store = &self.shared.store;
         let reply = |out: &mut Vec<u8>, noreply: bool, text: &[u8]| {
@@ -133,7 +154,9 @@ impl<'a> Executor<'a> {
                 with_cas,
                 touch,
             } => self.get(keys, with_cas, touch, out),
-            Command::Store { .. } => unreachable!("storage commands carry data: use store()"),
+            Command::Store { .. } => {
+                unreachable!("storage commands carry data: use store_command()")
+            }
             Command::Meta { .. } => unreachable!("meta commands may carry data: use meta::run()"),
             Command::Delete { key, noreply } => {
                 if store.delete(key) {
@@ -291,10 +314,39 @@ impl<'a> Executor<'a> {
         out.extend_from_slice(ascii::END);
     }
 
+    /// A storage command line (`Command::Store`); `after` holds the bytes that follow it. A
+    /// value larger than `-I` is refused at once and its data block skipped, arrived or not
+    /// (memcached's swallow); any other runs once its whole data block is in.
+    pub fn store_command(&self, cmd: Command<'_>, after: &[u8], out: &mut Vec<u8>) -> Step {
+        let Command::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            bytes,
+            cas_unique,
+            noreply,
+        } = cmd
+        else {
+            unreachable!("store_command runs storage commands only")
+        };
+        // The parser bounds `bytes` below i32::MAX - 2.
+        let block = bytes + 2;
+        if bytes > self.shared.settings.max_item_size {
+            self.too_large(kind, key, noreply, out);
+            return Step::Swallow(block);
+        }
+        let Some(data) = ascii::data_block(after, bytes) else {
+            return Step::Need(block);
+        };
+        self.store(kind, key, flags, exptime, cas_unique, data, noreply, out);
+        Step::Done(block)
+    }
+
     /// A storage command whose data block has arrived (`data` is `Err` when it did not end in
     /// `\r\n`).
     #[allow(clippy::too_many_arguments)]
-    pub fn store(
+    fn store(
         &self,
         kind: StoreKind,
         key: &[u8],
@@ -341,7 +393,7 @@ impl<'a> Executor<'a> {
 
     /// A storage command whose value is larger than `-I`: memcached answers at once, skips the
     /// data block, and (for set) removes the old value so no stale copy survives.
-    pub fn too_large(&self, kind: StoreKind, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
+    fn too_large(&self, kind: StoreKind, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
         // Refused before its data is read, so memcached counts it in store_too_large but not
         // in cmd_set: recorded as an invalid request with the too-large outcome.
         self.record(Op::Invalid, Outcome::TooLarge);

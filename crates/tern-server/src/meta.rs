@@ -18,18 +18,7 @@ use tern_store::{
     Arith, ArithError, Expiry, ItemView, Marks, Miss, Refused, StoreOp, StoreOutcome,
 };
 
-use crate::exec::Executor;
-
-/// What the connection does with its input after a meta command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// The command ran; drop this many bytes after the line (an `ms` data block).
-    Done(usize),
-    /// An `ms` data block has not fully arrived: this many bytes after the line are needed.
-    Need(usize),
-    /// An error was answered; discard this many bytes after the line, arrived or not.
-    Swallow(usize),
-}
+use crate::exec::{Executor, Step};
 
 /// Runs the meta command `line` (no line ending); `after` holds the bytes that follow it.
 pub fn run(exec: &Executor<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Step {

@@ -18,7 +18,7 @@ use socket2::{Domain, Socket, Type};
 use tern_proto::ascii::{self, Command, Frame, Keys};
 use tern_proto::binary as bin;
 
-use crate::exec::{After, Executor};
+use crate::exec::{After, Executor, Step};
 use crate::{binary, meta};
 
 /// The frame header memcached puts before every UDP payload.
@@ -173,41 +173,14 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
             // The rest of the request is not in this datagram: drop it.
             Frame::Incomplete | Frame::LineTooLong => return,
         };
-        let mut used = consumed;
-        match parsed {
+        let after = &payload[consumed..];
+        let step = match parsed {
             Err(rejection) => {
-                if !rejection.noreply {
-                    out.reply.extend_from_slice(rejection.reply);
-                }
+                exec.reject(rejection, out.reply);
+                Step::Done(0)
             }
-            Ok(Command::Store {
-                kind,
-                key,
-                flags,
-                exptime,
-                bytes,
-                cas_unique,
-                noreply,
-            }) => {
-                if bytes > exec.shared.settings.max_item_size {
-                    exec.too_large(kind, key, noreply, out.reply);
-                    used += bytes + 2;
-                } else {
-                    let Some(data) = ascii::data_block(&payload[consumed..], bytes) else {
-                        return;
-                    };
-                    exec.store(
-                        kind, key, flags, exptime, cas_unique, data, noreply, out.reply,
-                    );
-                    used += bytes + 2;
-                }
-            }
-            Ok(Command::Meta { line }) => {
-                match meta::run(exec, line, &payload[consumed..], out.reply) {
-                    meta::Step::Done(data) | meta::Step::Swallow(data) => used += data,
-                    meta::Step::Need(_) => return,
-                }
-            }
+            Ok(cmd @ Command::Store { .. }) => exec.store_command(cmd, after, out.reply),
+            Ok(Command::Meta { line }) => meta::run(exec, line, after, out.reply),
             Ok(Command::Get {
                 keys,
                 with_cas,
@@ -231,12 +204,19 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
                     }
                     out.send();
                 }
+                Step::Done(0)
             }
             // quit and shutdown have no connection to close here.
             Ok(cmd) => {
                 exec.execute(cmd, out.reply);
+                Step::Done(0)
             }
-        }
+        };
+        let used = match step {
+            Step::Done(data) | Step::Swallow(data) => consumed + data,
+            // The data block is not in this datagram: drop the request.
+            Step::Need(_) => return,
+        };
         out.send();
         payload = payload.get(used..).unwrap_or(&[]);
     }

@@ -68,7 +68,6 @@ impl Worker {
         let s = &shared.settings;
         let limits = Limits {
             max_reqs_per_event: s.max_reqs_per_event,
-            max_item_size: s.max_item_size,
             // Long get lines (many keys) may grow up to the item size limit.
             max_line: s.max_item_size.max(ascii::MAX_LINE_WITHOUT_NEWLINE),
         };

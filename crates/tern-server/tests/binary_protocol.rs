@@ -4,9 +4,9 @@
 
 use std::process::Command;
 
+use tern_testkit::binary::{frame, Reply};
 use tern_testkit::{Conn, ServerProcess};
 
-const MAGIC: u8 = 0x80;
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
 const DELETE: u8 = 0x04;
@@ -21,19 +21,6 @@ const SETQ: u8 = 0x11;
 const ADDQ: u8 = 0x12;
 const INCRQ: u8 = 0x15;
 const TOUCH: u8 = 0x1c;
-
-fn frame(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
-    let mut f = vec![MAGIC, opcode];
-    f.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
-    f.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    f.extend_from_slice(&opaque.to_be_bytes());
-    f.extend_from_slice(&[0; 8]);
-    f.extend_from_slice(extras);
-    f.extend_from_slice(key);
-    f.extend_from_slice(value);
-    f
-}
 
 /// `frame` with a request CAS: the change must apply only to the item's version `cas`.
 fn with_cas(mut frame: Vec<u8>, cas: u64) -> Vec<u8> {
@@ -54,33 +41,10 @@ fn incr_extras(delta: u64, initial: u64, exptime: u32) -> Vec<u8> {
     .concat()
 }
 
-#[derive(Debug, PartialEq, Eq)]
-struct Reply {
-    opcode: u8,
-    status: u16,
-    opaque: u32,
-    cas: u64,
-    extras: Vec<u8>,
-    key: Vec<u8>,
-    value: Vec<u8>,
-}
-
 fn read_reply(c: &mut Conn) -> Reply {
-    let h = c.read_exact(24);
-    assert_eq!(h[0], 0x81, "response magic in {h:?}");
-    let key_len = u16::from_be_bytes([h[2], h[3]]) as usize;
-    let extras_len = h[4] as usize;
-    let body_len = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
-    let body = c.read_exact(body_len);
-    Reply {
-        opcode: h[1],
-        status: u16::from_be_bytes([h[6], h[7]]),
-        opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
-        cas: u64::from_be_bytes(h[16..24].try_into().unwrap()),
-        extras: body[..extras_len].to_vec(),
-        key: body[extras_len..extras_len + key_len].to_vec(),
-        value: body[extras_len + key_len..].to_vec(),
-    }
+    let reply = Reply::read(&mut c.stream).expect("read a response packet");
+    assert_eq!(reply.magic, 0x81, "response magic in {reply:?}");
+    reply
 }
 
 fn tool_output(program: &str, args: &[&str]) -> String {

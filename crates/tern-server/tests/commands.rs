@@ -5,19 +5,6 @@ use std::collections::HashMap;
 
 use tern_testkit::{Conn, ServerProcess};
 
-fn stats(conn: &mut Conn, request: &str) -> HashMap<String, String> {
-    let reply = conn.request(request.as_bytes(), b"END\r\n");
-    String::from_utf8(reply)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix("STAT "))
-        .map(|l| {
-            let (k, v) = l.split_once(' ').unwrap();
-            (k.to_string(), v.to_string())
-        })
-        .collect()
-}
-
 #[test]
 fn storage_and_retrieval() {
     let server = ServerProcess::tern(&[]);
@@ -81,7 +68,7 @@ fn cas_commands() {
     );
     c.expect(b"z\r\n", b"ERROR\r\n");
     c.expect(b"cas k 0 0 1\r\n", b"ERROR\r\n");
-    let s = stats(&mut c, "stats\r\n");
+    let s = c.stats("stats\r\n");
     assert_eq!(
         (
             &s["cas_misses"][..],
@@ -200,7 +187,7 @@ fn get_and_touch() {
     c.expect(b"gat x k\r\n", b"CLIENT_ERROR invalid exptime argument\r\n");
     c.expect(b"gat 10\r\n", b"END\r\n");
     c.expect(b"gat\r\n", b"ERROR\r\n");
-    let s = stats(&mut c, "stats\r\n");
+    let s = c.stats("stats\r\n");
     assert_eq!((&s["touch_hits"][..], &s["touch_misses"][..]), ("3", "1"));
 }
 
@@ -229,7 +216,7 @@ fn flush_all_now_later_and_disabled() {
     let disabled = ServerProcess::tern(&["-F"]);
     let mut d = disabled.connect();
     d.expect(b"flush_all\r\n", b"CLIENT_ERROR flush_all not allowed\r\n");
-    let s = stats(&mut d, "stats\r\n");
+    let s = d.stats("stats\r\n");
     assert_eq!(s["cmd_flush"], "1");
 }
 
@@ -329,7 +316,7 @@ fn value_sizes_around_the_item_limit() {
     req.extend_from_slice(&[b'v'; 2048]);
     req.extend_from_slice(b"\r\n");
     c.expect(&req, b"SERVER_ERROR object too large for cache\r\n");
-    let s = stats(&mut c, "stats settings\r\n");
+    let s = c.stats("stats settings\r\n");
     assert_eq!(s["item_size_max"], "2048");
 }
 
@@ -374,7 +361,7 @@ fn out_of_memory_with_evictions_off() {
         }
     }
     assert!(saw_oom, "2 MB never filled up");
-    let s = stats(&mut c, "stats\r\n");
+    let s = c.stats("stats\r\n");
     assert_eq!(s["evictions"], "0");
 }
 
@@ -479,13 +466,13 @@ fn stats_count_what_happened() {
     assert!(s["total_connections"].parse::<u64>().unwrap() >= 1);
     assert!(s["bytes_read"].parse::<u64>().unwrap() > 50);
     c.expect(b"stats reset\r\n", b"RESET\r\n");
-    let s = stats(&mut c, "stats\r\n");
+    let s = c.stats("stats\r\n");
     assert_eq!(
         (&s["cmd_get"][..], &s["get_hits"][..], &s["curr_items"][..]),
         ("0", "0", "1")
     );
     c.expect(b"stats bogus\r\n", b"ERROR\r\n");
-    let settings = stats(&mut c, "stats settings\r\n");
+    let settings = c.stats("stats settings\r\n");
     assert_eq!(settings["num_threads"], "2");
     assert_eq!(settings["maxconns"], "1024");
     assert_eq!(settings["tcpport"], server.port.to_string());
@@ -495,7 +482,7 @@ fn stats_count_what_happened() {
 /// server has seen the close).
 fn wait_for_connections(c: &mut Conn, n: &str) -> HashMap<String, String> {
     for _ in 0..1000 {
-        let s = stats(c, "stats\r\n");
+        let s = c.stats("stats\r\n");
         if s["curr_connections"] == n {
             return s;
         }

@@ -1,7 +1,7 @@
 //! Starting and stopping: signals, daemon mode and pidfile, unix socket, config file, command
 //! line errors, logging, idle cost.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -288,21 +288,37 @@ fn dash_u_drops_root_privileges() {
     c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
 }
 
+/// True when a server on `port` answers `version` (false while it is not serving yet).
+fn answers_version(port: u16) -> bool {
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut reply = [0u8; 8];
+    conn.write_all(b"version\r\n").is_ok()
+        && conn.read_exact(&mut reply).is_ok()
+        && &reply == b"VERSION "
+}
+
 #[test]
 fn dash_k_locks_memory_or_says_why_not() {
     let port = free_port();
-    let mut child = Command::new(tern_bin())
+    let child = Command::new(tern_bin())
         .args(["serve", "-k", "-l", "127.0.0.1", "-p", &port.to_string()])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed when dropped, so a failed assertion leaves no server behind.
+    let mut server = ServerProcess { child, port };
     let deadline = Instant::now() + PATIENCE;
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = server.child.try_wait().unwrap() {
             // Refused by the OS (no CAP_IPC_LOCK and a low RLIMIT_MEMLOCK): a clear message.
             assert!(!status.success());
             let mut err = String::new();
-            child
+            server
+                .child
                 .stderr
                 .take()
                 .unwrap()
@@ -311,7 +327,9 @@ fn dash_k_locks_memory_or_says_why_not() {
             assert!(err.contains("-k: cannot lock memory"), "{err}");
             return;
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        // The port listens before memory is locked (sockets are bound first, as root), and the
+        // workers start after: only a reply shows the locking is done.
+        if answers_version(port) {
             break;
         }
         assert!(
@@ -320,11 +338,9 @@ fn dash_k_locks_memory_or_says_why_not() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
     let locked = status.lines().find(|l| l.starts_with("VmLck:")).unwrap();
     assert_ne!(locked.split_whitespace().nth(1), Some("0"), "{locked}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]

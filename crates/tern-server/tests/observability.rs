@@ -3,56 +3,23 @@
 //! other `stats` subcommands and admin endpoints, and hot keys found in a Zipf workload.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::Command as Process;
 use std::time::Duration;
 
 use serde_json::Value;
 use tern_testkit::prometheus::{self, sample};
-use tern_testkit::{free_port, Conn, ServerProcess};
+use tern_testkit::{free_port, http_get, stat_lines, Conn, ServerProcess};
 
-/// `STAT name value` lines of a reply, in order.
-fn stat_lines(reply: &[u8]) -> Vec<(String, String)> {
-    let text = String::from_utf8(reply.to_vec()).unwrap();
-    assert!(text.ends_with("END\r\n"), "{text}");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("STAT "))
-        .map(|l| {
-            let (k, v) = l.split_once(' ').unwrap();
-            (k.to_string(), v.to_string())
-        })
-        .collect()
-}
-
-fn stats(c: &mut Conn, request: &str) -> HashMap<String, String> {
-    stat_lines(&c.request(request.as_bytes(), b"END\r\n"))
-        .into_iter()
-        .collect()
-}
-
-/// One HTTP/1.1 GET: (status, body).
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_string(),
-    )
+/// One GET of the admin endpoint on `port`: (status, body).
+fn admin_get(port: u16, path: &str) -> (u16, String) {
+    let (status, _, body) = http_get(("127.0.0.1", port), path);
+    (status, body)
 }
 
 /// `/metrics` parsed by prometheus_client: family -> samples.
 fn scrape(port: u16) -> Value {
-    let (status, body) = http_get(port, "/metrics");
+    let (status, body) = admin_get(port, "/metrics");
     assert_eq!(status, 200);
     prometheus::parse(&body)
 }
@@ -82,7 +49,7 @@ impl Counted {
 /// Waits until the server has counted the test kit's start-up probe as closed.
 fn settle(c: &mut Conn) {
     for _ in 0..500 {
-        if stats(c, "stats\r\n")["curr_connections"] == "1" {
+        if c.stats("stats\r\n")["curr_connections"] == "1" {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -325,11 +292,11 @@ fn stats_subcommands_and_admin_endpoints() {
     let server = ServerProcess::tern(&["-t", "2", "--admin-port", &admin.to_string()]);
     let mut c = server.connect();
     c.expect(b"set k 0 0 5\r\nhello\r\n", b"STORED\r\n");
-    let items = stats(&mut c, "stats items\r\n");
+    let items = c.stats("stats items\r\n");
     assert_eq!(items["items:1:number"], "1");
     assert_eq!(items["items:1:mem_requested"], "6");
-    let slabs = stats(&mut c, "stats slabs\r\n");
-    let segments = stats(&mut c, "stats segments\r\n");
+    let slabs = c.stats("stats slabs\r\n");
+    let segments = c.stats("stats segments\r\n");
     assert_eq!(slabs["1:chunk_size"], segments["segment_size"]);
     assert_eq!(slabs["1:used_chunks"], "1");
     assert_eq!(segments["segments_used"], "1");
@@ -338,7 +305,7 @@ fn stats_subcommands_and_admin_endpoints() {
     assert_eq!(total * size, 64 << 20);
     assert_eq!(slabs["total_malloced"], (64u64 << 20).to_string());
     assert_eq!(slabs["active_slabs"], "1");
-    let settings = stats(&mut c, "stats settings\r\n");
+    let settings = c.stats("stats settings\r\n");
     assert_eq!(settings["admin_port"], admin.to_string());
     assert_eq!(settings["hotkey_sample_rate"], "64");
     assert_eq!(settings["num_threads"], "2");
@@ -371,22 +338,22 @@ fn stats_subcommands_and_admin_endpoints() {
     );
     c.expect(b"stats nonsense\r\n", b"ERROR\r\n");
 
-    assert_eq!(http_get(admin, "/health"), (200, "OK\n".to_string()));
+    assert_eq!(admin_get(admin, "/health"), (200, "OK\n".to_string()));
     assert_eq!(
-        http_get(admin, "/version"),
+        admin_get(admin, "/version"),
         (200, format!("{}\n", env!("CARGO_PKG_VERSION")))
     );
-    let (status, body) = http_get(admin, "/settings");
+    let (status, body) = admin_get(admin, "/settings");
     assert_eq!(status, 200);
     let settings: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(settings["tcpport"], server.port.to_string());
-    let (status, body) = http_get(admin, "/stats");
+    let (status, body) = admin_get(admin, "/stats");
     assert_eq!(status, 200);
     let json: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["stats"]["curr_items"], 1);
     assert_eq!(json["stats"]["pid"], server.pid());
     assert_eq!(json["segments"]["segments_used"], 1);
-    assert_eq!(http_get(admin, "/nope").0, 404);
+    assert_eq!(admin_get(admin, "/nope").0, 404);
 }
 
 /// A Zipf(1.0) sampler over `n` ranks with a fixed seed, so the test is repeatable.
@@ -488,7 +455,7 @@ fn zipf_workload_finds_the_hottest_keys() {
         "estimate {estimate} vs {real}"
     );
 
-    let (status, body) = http_get(admin, "/hotkeys?n=3");
+    let (status, body) = admin_get(admin, "/hotkeys?n=3");
     assert_eq!(status, 200);
     let json: Value = serde_json::from_str(&body).unwrap();
     let over_http: Vec<&str> = json["keys"]
@@ -511,7 +478,7 @@ fn hot_keys_off_with_sample_rate_zero() {
     let hot = stat_lines(&c.request(b"stats hotkeys\r\n", b"END\r\n"));
     assert_eq!(hot.len(), 2, "{hot:?}");
     assert_eq!(hot[1], ("hotkeys_sample_every".into(), "0".into()));
-    let settings = stats(&mut c, "stats settings\r\n");
+    let settings = c.stats("stats settings\r\n");
     assert_eq!(settings["hotkey_sample_rate"], "0");
     assert_eq!(settings["admin_port"], "off");
 }

@@ -45,14 +45,13 @@ fn read_thread_cpus(pid: u32) -> Vec<(String, String)> {
     threads
 }
 
+/// One `stats settings` value.
 fn stat(conn: &mut tern_testkit::Conn, name: &str) -> String {
-    let reply = conn.request(b"stats settings\r\n", b"END\r\n");
-    let text = String::from_utf8(reply).unwrap();
-    let prefix = format!("STAT {name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-        .to_string()
+    let settings = conn.stats("stats settings\r\n");
+    settings
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} in {settings:?}"))
+        .clone()
 }
 
 #[test]

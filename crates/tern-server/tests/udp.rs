@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use tern_testkit::{free_port, ServerProcess, PATIENCE};
+use tern_testkit::{free_port, http_get, ServerProcess, PATIENCE};
 
 /// A datagram as the test compares it: frame header fields, then the payload.
 type Datagram = ((u16, u16, u16, u16), Vec<u8>);
@@ -216,4 +216,45 @@ fn udp_is_off_unless_asked_for() {
     socket.send(b"\0\x01\0\0\0\x01\0\0get a\r\n").unwrap();
     let mut buf = [0u8; 64];
     assert!(socket.recv(&mut buf).is_err(), "a UDP reply without -U");
+}
+
+#[test]
+fn rejected_lines_count_as_errors_as_over_tcp() {
+    let udp_port = free_port();
+    let admin = free_port();
+    let server = ServerProcess::tern(&[
+        "-U",
+        &udp_port.to_string(),
+        "--admin-port",
+        &admin.to_string(),
+    ]);
+    // The requests the parser refused, from the admin endpoint's per-command counts.
+    let rejected = || {
+        let (status, _, body) = http_get(("127.0.0.1", admin), "/stats");
+        assert_eq!(status, 200);
+        let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+        stats["commands"]["invalid"]["outcomes"]["error"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let mut tcp = server.connect();
+    tcp.expect(b"bogus\r\n", b"ERROR\r\n");
+    tcp.expect(
+        b"touch k x\r\n",
+        b"CLIENT_ERROR invalid exptime argument\r\n",
+    );
+    assert_eq!(rejected(), 2);
+    let udp = Client::new(udp_port);
+    assert_eq!(
+        udp.exchange([1, 0, 1, 0], b"bogus\r\n", 1),
+        [((1, 0, 1, 0), b"ERROR\r\n".to_vec())]
+    );
+    assert_eq!(
+        udp.exchange([2, 0, 1, 0], b"touch k x\r\n", 1),
+        [(
+            (2, 0, 1, 0),
+            b"CLIENT_ERROR invalid exptime argument\r\n".to_vec()
+        )]
+    );
+    assert_eq!(rejected(), 4, "UDP counts rejected lines as TCP does");
 }

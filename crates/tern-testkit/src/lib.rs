@@ -2,10 +2,12 @@
 //! Debian's `memcached`, the reference peer) on a free loopback port, and talk to it over TCP.
 
 pub mod bench;
+pub mod binary;
 pub mod prometheus;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -75,20 +77,29 @@ impl ServerProcess {
         Self::spawn(cmd, port)
     }
 
-    fn spawn(mut cmd: Command, port: u16) -> ServerProcess {
+    /// Spawns `cmd` and waits until it accepts TCP on `port`.
+    fn spawn(cmd: Command, port: u16) -> ServerProcess {
+        Self::start(cmd, port, || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+    }
+
+    /// Spawns `cmd` (stdout dropped, stderr shown) and waits until `ready`, failing the test if
+    /// the server exits first or is not ready within [`PATIENCE`].
+    fn start(mut cmd: Command, port: u16, ready: impl Fn() -> bool) -> ServerProcess {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         let mut server = ServerProcess { child, port };
         let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !ready() {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("{cmd:?} exited before accepting: {status}");
+                panic!("{cmd:?} exited before it was ready: {status}");
             }
             assert!(
                 Instant::now() < deadline,
-                "{cmd:?} did not accept on port {port}"
+                "{cmd:?} was not ready in time (port {port})"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -248,6 +259,14 @@ impl Conn {
         String::from_utf8(got).expect("utf-8 reply")
     }
 
+    /// Sends a `stats` request (`"stats\r\n"`, `"stats settings\r\n"`, ...) and returns its
+    /// `STAT name value` lines by name.
+    pub fn stats(&mut self, request: &str) -> HashMap<String, String> {
+        stat_lines(&self.request(request.as_bytes(), b"END\r\n"))
+            .into_iter()
+            .collect()
+    }
+
     /// True when the server has closed the connection (reads EOF within the patience window).
     pub fn is_closed_by_server(&mut self) -> bool {
         let mut buf = [0u8; 1024];
@@ -259,6 +278,36 @@ impl Conn {
             }
         }
     }
+}
+
+/// The `STAT name value` lines of a reply that ends in `END`, in order.
+pub fn stat_lines(reply: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8(reply.to_vec()).expect("utf-8 stats");
+    assert!(text.ends_with("END\r\n"), "{text}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .map(|l| {
+            let (k, v) = l.split_once(' ').expect("STAT name value");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// One HTTP/1.1 GET of `path` over a fresh connection (`Connection: close`, read to the end):
+/// (status, status line and headers, body).
+pub fn http_get(addr: impl ToSocketAddrs, path: &str) -> (u16, String, String) {
+    let mut conn = TcpStream::connect(addr).expect("connect to the HTTP endpoint");
+    conn.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
 }
 
 /// A small seeded generator (xorshift64*) for random test streams: a failing stream replays from
