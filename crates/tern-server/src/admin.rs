@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tern_admin::stats_text::{ConnAddr, ConnInfo, ConnState};
 use tern_admin::{
@@ -38,6 +39,16 @@ impl WorkerState {
             batch: LatencyBatch::new(),
             hot_keys: hot_keys.sampler(),
             serving_fd: AtomicI32::new(-1),
+        }
+    }
+
+    /// Gives every request noted since the last batch the time since `started` (the clock read
+    /// after the receive that brought them in), now that their replies are sent.
+    #[inline]
+    pub fn finish_batch(&self, started: Instant) {
+        if !self.batch.is_empty() {
+            self.batch
+                .finish(&self.metrics, started.elapsed().as_nanos() as u64);
         }
     }
 }

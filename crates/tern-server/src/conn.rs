@@ -137,10 +137,7 @@ impl Conn {
         let served = self.serve(exec, limits);
         let flushed = served.is_some() && self.flush(exec).is_ok();
         if let Some(started) = started {
-            let batch = &exec.worker.batch;
-            if !batch.is_empty() {
-                batch.finish(&exec.worker.metrics, started.elapsed().as_nanos() as u64);
-            }
+            exec.worker.finish_batch(started);
         }
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;

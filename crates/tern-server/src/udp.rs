@@ -11,6 +11,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use anyhow::Context;
 use mio::net::UdpSocket;
@@ -72,7 +73,12 @@ impl UdpServer {
 
     /// Answers the datagrams waiting on the socket, up to [`DATAGRAMS_PER_TURN`]. True when it
     /// stopped there: more may be waiting, and no new readiness edge will say so.
+    ///
+    /// The turn is timed as a TCP wake-up is: its requests form one latency batch, from the
+    /// clock read after the first receive to the one after the last send.
     pub fn serve(&mut self, exec: &Executor<'_>, max_line: usize) -> bool {
+        let mut started = None;
+        let mut more = true;
         for _ in 0..DATAGRAMS_PER_TURN {
             let (len, peer) = match self.socket.recv_from(&mut self.request) {
                 Ok(got) => got,
@@ -81,9 +87,11 @@ impl UdpServer {
                     if e.kind() != io::ErrorKind::WouldBlock {
                         tracing::debug!("UDP receive failed: {e}");
                     }
-                    return false;
+                    more = false;
+                    break;
                 }
             };
+            started.get_or_insert_with(Instant::now);
             exec.worker.metrics.read_bytes(len as u64);
             let request = &self.request[..len];
             // memcached ignores datagrams with no payload and requests of several datagrams.
@@ -101,7 +109,10 @@ impl UdpServer {
             };
             serve_payload(exec, &request[HEADER..], max_line, &mut out);
         }
-        true
+        if let Some(started) = started {
+            exec.worker.finish_batch(started);
+        }
+        more
     }
 }
 
@@ -258,5 +269,10 @@ mod tests {
             replies += 1;
         }
         assert_eq!(replies, waiting);
+        // Each turn timed its own requests: none wait in the batch for a TCP connection.
+        let get = tern_admin::Command::Get as usize;
+        let timed = exec.worker.metrics.snapshot().latency[get].count();
+        assert_eq!(timed, waiting as u64);
+        assert!(exec.worker.batch.is_empty());
     }
 }

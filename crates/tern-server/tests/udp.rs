@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use tern_testkit::prometheus::{self, sample};
 use tern_testkit::{free_port, http_get, ServerProcess, PATIENCE};
 
 /// A datagram as the test compares it: frame header fields, then the payload.
@@ -257,4 +258,41 @@ fn rejected_lines_count_as_errors_as_over_tcp() {
         )]
     );
     assert_eq!(rejected(), 4, "UDP counts rejected lines as TCP does");
+}
+
+#[test]
+fn udp_only_traffic_reaches_the_latency_histograms() {
+    let udp_port = free_port();
+    let admin = free_port();
+    let _server = ServerProcess::tern(&[
+        "-U",
+        &udp_port.to_string(),
+        "--admin-port",
+        &admin.to_string(),
+    ]);
+    // No TCP request at all: a UDP turn must time its own batch.
+    let udp = Client::new(udp_port);
+    udp.exchange([1, 0, 1, 0], b"set k 0 0 1\r\nv\r\n", 1);
+    udp.exchange([2, 0, 1, 0], b"get k\r\n", 1);
+    udp.exchange([3, 0, 1, 0], b"get k missing\r\n", 2);
+    let (status, _, body) = http_get(("127.0.0.1", admin), "/metrics");
+    assert_eq!(status, 200);
+    let m = prometheus::parse(&body);
+    let count = |command: &str| {
+        sample(
+            &m,
+            "tern_command_duration_seconds",
+            "tern_command_duration_seconds_count",
+            &[("command", command)],
+        )
+    };
+    assert_eq!(count("set"), 1.0);
+    assert_eq!(count("get"), 3.0, "one sample per key");
+    let sum = sample(
+        &m,
+        "tern_command_duration_seconds",
+        "tern_command_duration_seconds_sum",
+        &[("command", "get")],
+    );
+    assert!(sum > 0.0);
 }
