@@ -100,7 +100,8 @@ label_enum! {
         Stats => "stats",
         /// `version`, `verbosity`, `quit` and other administrative commands
         Admin => "admin",
-        /// A line the server could not parse (answered with `ERROR` / `CLIENT_ERROR`)
+        /// A request the parser refused: a line answered with `ERROR` / `CLIENT_ERROR`, a binary
+        /// frame answered with an error status
         Invalid => "invalid",
     }
 }

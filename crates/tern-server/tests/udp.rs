@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use tern_testkit::prometheus::{self, sample};
-use tern_testkit::{free_port, http_get, ServerProcess, PATIENCE};
+use tern_testkit::{binary, free_port, http_get, ServerProcess, PATIENCE};
 
 /// A datagram as the test compares it: frame header fields, then the payload.
 type Datagram = ((u16, u16, u16, u16), Vec<u8>);
@@ -295,4 +295,58 @@ fn udp_only_traffic_reaches_the_latency_histograms() {
         &[("command", "get")],
     );
     assert!(sum > 0.0);
+}
+
+#[test]
+fn rejected_binary_frames_count_as_errors_over_tcp_and_udp() {
+    let udp_port = free_port();
+    let admin = free_port();
+    let server = ServerProcess::tern(&[
+        "-U",
+        &udp_port.to_string(),
+        "--admin-port",
+        &admin.to_string(),
+    ]);
+    let rejected = || {
+        let (status, _, body) = http_get(("127.0.0.1", admin), "/stats");
+        assert_eq!(status, 200);
+        let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+        stats["commands"]["invalid"]["outcomes"]["error"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    const UNKNOWN_COMMAND: u16 = 0x81;
+    const INVALID_ARGUMENTS: u16 = 0x04;
+    let unknown_opcode = binary::frame(0x42, &[], &[], &[], 7);
+    // A Get carrying extras, which it must not.
+    let get_with_extras = binary::frame(0x00, &[0; 4], b"k", &[], 8);
+    let mut tcp = server.connect();
+    tcp.send(&unknown_opcode);
+    let reply = binary::Reply::read(&mut tcp.stream).unwrap();
+    assert_eq!((reply.status, reply.opaque), (UNKNOWN_COMMAND, 7));
+    tcp.send(&get_with_extras);
+    let reply = binary::Reply::read(&mut tcp.stream).unwrap();
+    assert_eq!((reply.status, reply.opaque), (INVALID_ARGUMENTS, 8));
+    assert!(tcp.is_closed_by_server());
+    assert_eq!(rejected(), 2);
+    let udp = Client::new(udp_port);
+    let status = |datagrams: Vec<Datagram>| {
+        assert_eq!(datagrams.len(), 1);
+        let payload = &datagrams[0].1;
+        u16::from_be_bytes([payload[6], payload[7]])
+    };
+    assert_eq!(
+        status(udp.exchange([1, 0, 1, 0], &unknown_opcode, 1)),
+        UNKNOWN_COMMAND
+    );
+    assert_eq!(
+        status(udp.exchange([2, 0, 1, 0], &get_with_extras, 1)),
+        INVALID_ARGUMENTS
+    );
+    assert_eq!(rejected(), 4, "UDP counts rejected frames as TCP does");
+    // memcached 1.6.18 moves none of its `stats` counters for these.
+    let stats = server.connect().stats("stats\r\n");
+    for name in ["cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "get_misses"] {
+        assert_eq!(stats[name], "0", "stat {name}");
+    }
 }
