@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tern_testkit::{free_port, tern_bin, Conn, ServerProcess, PATIENCE};
@@ -215,30 +215,51 @@ fn command_line_errors_and_help() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
 }
 
-#[test]
-fn quiet_by_default_and_idle_costs_no_cpu() {
+/// Starts `tern serve -l 127.0.0.1 -p <free port> <args>` with stdout and stderr piped, for the
+/// test to read once the server has exited, and waits until it accepts. Held in a
+/// `ServerProcess`, it is killed if the test fails first.
+fn serve_piped(args: &[&str]) -> ServerProcess {
     let port = free_port();
     let child = Command::new(tern_bin())
-        .args([
-            "serve",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "4",
-        ])
+        .args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let server = ServerProcess { child, port };
     wait_for("the server to accept", || {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    let mut c = Conn::connect(port);
+    server
+}
+
+/// Stops a server from [`serve_piped`] with SIGTERM: its exit status, stdout and stderr. The
+/// pipes are read after the exit; a server blocked on a full pipe fails `wait_exit` (and is
+/// killed) rather than hanging the test.
+fn stop_and_collect(mut server: ServerProcess) -> (ExitStatus, String, String) {
+    server.signal("TERM");
+    let status = server.wait_exit();
+    fn read_all(pipe: Option<impl Read>) -> String {
+        let mut text = String::new();
+        pipe.expect("a piped output")
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    }
+    let stdout = read_all(server.child.stdout.take());
+    let stderr = read_all(server.child.stderr.take());
+    (status, stdout, stderr)
+}
+
+#[test]
+fn quiet_by_default_and_idle_costs_no_cpu() {
+    let server = serve_piped(&["-t", "4"]);
+    let mut c = server.connect();
     c.expect(b"set k 0 0 1\r\nx\r\nbogus\r\n", b"STORED\r\nERROR\r\n");
     let cpu_ticks = || {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", server.pid())).unwrap();
         let after_name = &stat[stat.rfind(')').unwrap() + 2..];
         let fields: Vec<&str> = after_name.split(' ').collect();
         // utime and stime, fields 14 and 15 of /proc/PID/stat.
@@ -252,17 +273,9 @@ fn quiet_by_default_and_idle_costs_no_cpu() {
         spent <= 5,
         "an idle server used {spent} ticks of CPU in 2 s"
     );
-    Command::new("kill")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert!(
-        out.stdout.is_empty() && out.stderr.is_empty(),
-        "{:?}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, stdout, stderr) = stop_and_collect(server);
+    assert!(status.success());
+    assert!(stdout.is_empty() && stderr.is_empty(), "{stderr:?}");
 }
 
 /// The real and effective uid of a process, from /proc.
@@ -345,35 +358,14 @@ fn dash_k_locks_memory_or_says_why_not() {
 
 #[test]
 fn the_verbosity_command_raises_the_log_level() {
-    let port = free_port();
-    let child = Command::new(tern_bin())
-        // One worker: the start-up probe is accepted (quietly) before this test's commands run.
-        .args([
-            "serve",
-            "-t",
-            "1",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the server to accept", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    let mut c = Conn::connect(port);
+    // One worker: the start-up probe is accepted (quietly) before this test's commands run.
+    let server = serve_piped(&["-t", "1"]);
+    let mut c = server.connect();
     c.expect(b"verbosity 2\r\n", b"OK\r\n");
-    let mut other = Conn::connect(port);
+    let mut other = server.connect();
     other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
     c.expect(b"verbosity 0\r\n", b"OK\r\n");
-    Command::new("kill")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let (_, _, log) = stop_and_collect(server);
     // Debug lines appear only while verbosity was 2: one for the second connection.
     assert_eq!(log.matches("new connection").count(), 1, "{log}");
 }
