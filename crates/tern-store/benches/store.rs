@@ -1,17 +1,21 @@
 //! ns per get hit / miss and per set (32 B, 4 KiB), single-threaded, and gets/s and sets/s with
 //! 1 and 2 threads on uniform keys (the scaling figure), plus gets/s of one reader while another
-//! thread rewrites a single hot key.
+//! thread rewrites a single hot key (split into the hot key's shard and the others), writes
+//! uniform keys, or does nothing useful (controls).
 //!
 //! `cargo bench -p tern-store --bench store`. Multi-thread results are reported as elements
 //! (operations) per second over all threads, by wall time (`*_wall`) and by the busiest
 //! thread's CPU time (`*_cpu`, which a machine shared with other work does not distort).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tern_store::{Clock, Config, Expiry, Store, StoreOp};
+use tern_store::{Clock, Config, Expiry, Miss, Store, StoreOp};
 
 const KEYS: u64 = 100_000;
 
@@ -29,14 +33,25 @@ fn key(i: u64) -> [u8; 10] {
 /// benchmarks run in the steady state of a heap that has cycled (segments emptied by
 /// overwrites go back to the pool) whichever of them runs first.
 fn filled(churned: bool) -> Arc<Store> {
+    let store = empty(churned);
+    fill(&store, churned);
+    store
+}
+
+/// A manual clock (at the current time): nothing ticks it here, and [`split_by_shard`] moves it.
+fn empty(churned: bool) -> Arc<Store> {
     let store = Store::new(
         Config {
             heap_bytes: if churned { 64 << 20 } else { 256 << 20 },
             ..Config::default()
         },
-        Arc::new(Clock::system()),
+        Arc::new(Clock::manual(Clock::system().now())),
     )
     .unwrap();
+    Arc::new(store)
+}
+
+fn fill(store: &Store, churned: bool) {
     for i in 0..KEYS {
         store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &[b'v'; 32]);
     }
@@ -47,7 +62,30 @@ fn filled(churned: bool) -> Arc<Store> {
             store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &[b'w'; 32]);
         }
     }
-    Arc::new(store)
+}
+
+/// Keys `0..KEYS` split into those in `hot`'s shard and the others, found through the public
+/// API since the shard hash is seeded per store: after a delayed `flush_all` comes due, the
+/// first lookup in a shard empties it and answers `Flushed` for a key it held, so once `k`'s
+/// lookup has emptied its shard, `hot` answers `Flushed` only from another shard. Empties the
+/// store and moves its clock by one second per key.
+fn split_by_shard(store: &Store, hot: &[u8]) -> (Vec<u64>, Vec<u64>) {
+    let (mut same, mut other) = (Vec::new(), Vec::new());
+    for i in 0..KEYS {
+        let k = key(i);
+        store.store(StoreOp::Set, hot, 0, Expiry::NEVER, b"h");
+        store.store(StoreOp::Set, &k, 0, Expiry::NEVER, b"k");
+        store.flush_all(1);
+        store.clock().advance(1);
+        assert_eq!(store.get(&k, |_| ()), Err(Miss::Flushed));
+        match store.get(hot, |_| ()) {
+            Err(Miss::NotFound) => same.push(i),
+            Err(Miss::Flushed) => other.push(i),
+            seen => panic!("{seen:?}"),
+        }
+    }
+    store.flush_all(0);
+    (same, other)
 }
 
 struct Rng(u64);
@@ -171,22 +209,96 @@ fn multi(c: &mut Criterion) {
             });
         }
     }
-    // One reader of uniform keys while a second thread rewrites one hot key without pause, in
-    // the reader's CPU time: compare with threads/get_cpu/1.
+    // One reader while a second thread writes without pause, in the reader's CPU time: the
+    // reader of uniform keys beside a writer of one hot key (compare with threads/get_cpu/1) or
+    // of uniform keys; and, to see where the hot key's cost falls, a reader of only the keys
+    // in the hot key's shard (1/16 of them) or of only the others, alone and beside it (these
+    // pick keys from a list: compare them with each other, not with the uniform ones).
     g.throughput(Throughput::Elements(1));
-    g.bench_function("get_beside_hot_writer", |b| {
+    let set_hot = |store: &Store| {
+        store.store(StoreOp::Set, b"hot", 0, Expiry::NEVER, &value);
+    };
+    let all = |rng: &mut Rng| rng.next() % KEYS;
+    beside(
+        &mut g,
+        "get_beside_hot_writer",
+        &store,
+        all,
+        Some(|| set_hot(&store)),
+    );
+    let mut wrng = Rng(5);
+    let set_uniform = || {
+        let k = key(wrng.next() % KEYS);
+        store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &value);
+    };
+    beside(
+        &mut g,
+        "get_beside_uniform_writer",
+        &store,
+        all,
+        Some(set_uniform),
+    );
+    // Controls: the hot writer on a store of its own (shares no lock or line with the reader,
+    // only caches and memory), and a thread that only executes `pause` (shares nothing but the
+    // machine: on this 2-vCPU VM even that slows the reader by about 10%).
+    let apart = empty(false);
+    beside(
+        &mut g,
+        "get_beside_hot_writer_apart",
+        &store,
+        all,
+        Some(|| set_hot(&apart)),
+    );
+    let spin = || {
+        for _ in 0..100 {
+            std::hint::spin_loop();
+        }
+    };
+    beside(&mut g, "get_beside_spinner", &store, all, Some(spin));
+    let split = empty(false);
+    let (same, other) = split_by_shard(&split, b"hot");
+    fill(&split, false);
+    for (name, keys) in [("get_hot_shard", &same), ("get_other_shards", &other)] {
+        let pick = |rng: &mut Rng| keys[(rng.next() % keys.len() as u64) as usize];
+        beside(&mut g, &format!("{name}_alone"), &split, pick, None::<fn()>);
+        let hot = Some(|| set_hot(&split));
+        beside(
+            &mut g,
+            &format!("{name}_beside_hot_writer"),
+            &split,
+            pick,
+            hot,
+        );
+    }
+    g.finish();
+}
+
+/// Gets of `key(pick(rng))` by this thread, in its CPU time, while another thread calls
+/// `work` without pause (none without).
+fn beside(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    store: &Store,
+    pick: impl Fn(&mut Rng) -> u64,
+    mut work: Option<impl FnMut() + Send>,
+) {
+    g.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let stop = AtomicBool::new(false);
             std::thread::scope(|s| {
-                s.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        store.store(StoreOp::Set, b"hot", 0, Expiry::NEVER, &value);
-                    }
-                });
+                if let Some(work) = work.as_mut() {
+                    let stop = &stop;
+                    s.spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            work();
+                        }
+                    });
+                }
                 let mut rng = Rng(3);
                 let start = thread_cpu();
                 for _ in 0..iters {
-                    black_box(store.get(&key(rng.next() % KEYS), |it| it.value.len())).ok();
+                    let k = key(pick(&mut rng));
+                    black_box(store.get(&k, |it| it.value.len())).ok();
                 }
                 let took = thread_cpu() - start;
                 stop.store(true, Ordering::Relaxed);
@@ -194,7 +306,6 @@ fn multi(c: &mut Criterion) {
             })
         })
     });
-    g.finish();
 }
 
 criterion_group! {
