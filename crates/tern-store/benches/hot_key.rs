@@ -12,32 +12,13 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tern_store::{Clock, Config, Expiry, Miss, Store, StoreOp};
+use tern_store::{Clock, Config, Expiry, Store, StoreOp};
 
-const KEYS: u64 = 100_000;
+mod common;
+use common::{key, split_by_shard, Rng, KEYS};
+
 const GETS: u64 = 300_000;
 const PAIRS: usize = 11;
-
-fn key(i: u64) -> [u8; 10] {
-    let mut k = *b"key:000000";
-    let mut n = i;
-    for b in k[4..].iter_mut().rev() {
-        *b = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    k
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// This thread's CPU time and voluntary context switches (sleeps, here on a shard's futex).
 fn usage() -> (Duration, i64) {
@@ -46,23 +27,6 @@ fn usage() -> (Duration, i64) {
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_nvcsw)
-}
-
-/// Whether each of keys `0..KEYS` is in `hot`'s shard, found by trial as in benches/store.rs
-/// (`split_by_shard`, which explains the trick). Empties the store.
-fn in_hot_shard(store: &Store, hot: &[u8]) -> Vec<bool> {
-    let mut same = vec![false; KEYS as usize];
-    for (i, same) in same.iter_mut().enumerate() {
-        let k = key(i as u64);
-        store.store(StoreOp::Set, hot, 0, Expiry::NEVER, b"h");
-        store.store(StoreOp::Set, &k, 0, Expiry::NEVER, b"k");
-        store.flush_all(1);
-        store.clock().advance(1);
-        assert_eq!(store.get(&k, |_| ()), Err(Miss::Flushed));
-        *same = store.get(hot, |_| ()) == Err(Miss::NotFound);
-    }
-    store.flush_all(0);
-    same
 }
 
 fn new_store(shards: usize) -> Store {
@@ -146,21 +110,15 @@ fn main() {
     let shards = std::env::args().find_map(|a| a.parse().ok()).unwrap_or(16);
     let store = new_store(shards);
     let apart = new_store(shards);
-    let hot_shard = in_hot_shard(&store, b"hot");
+    let (same, other) = split_by_shard(&store, b"hot");
+    let mut hot_shard = vec![false; KEYS as usize];
+    for &i in &same {
+        hot_shard[i as usize] = true;
+    }
     for i in 0..KEYS {
         store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &[b'v'; 32]);
     }
     let all: Vec<u64> = (0..KEYS).collect();
-    let same: Vec<u64> = all
-        .iter()
-        .copied()
-        .filter(|&i| hot_shard[i as usize])
-        .collect();
-    let other: Vec<u64> = all
-        .iter()
-        .copied()
-        .filter(|&i| !hot_shard[i as usize])
-        .collect();
     let runs = [
         ("uniform keys", &all, Second::HotWriter, "hot-key writer"),
         (

@@ -15,19 +15,10 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use tern_store::{Clock, Config, Expiry, Miss, Store, StoreOp};
+use tern_store::{Clock, Config, Expiry, Store, StoreOp};
 
-const KEYS: u64 = 100_000;
-
-fn key(i: u64) -> [u8; 10] {
-    let mut k = *b"key:000000";
-    let mut n = i;
-    for b in k[4..].iter_mut().rev() {
-        *b = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    k
-}
+mod common;
+use common::{key, split_by_shard, Rng, KEYS};
 
 /// A store holding `KEYS` items. With `churned`, a 64 MB heap first takes 3 M sets, so set
 /// benchmarks run in the steady state of a heap that has cycled (segments emptied by
@@ -61,41 +52,6 @@ fn fill(store: &Store, churned: bool) {
             let k = key(rng.next() % KEYS);
             store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &[b'w'; 32]);
         }
-    }
-}
-
-/// Keys `0..KEYS` split into those in `hot`'s shard and the others, found through the public
-/// API since the shard hash is seeded per store: after a delayed `flush_all` comes due, the
-/// first lookup in a shard empties it and answers `Flushed` for a key it held, so once `k`'s
-/// lookup has emptied its shard, `hot` answers `Flushed` only from another shard. Empties the
-/// store and moves its clock by one second per key.
-fn split_by_shard(store: &Store, hot: &[u8]) -> (Vec<u64>, Vec<u64>) {
-    let (mut same, mut other) = (Vec::new(), Vec::new());
-    for i in 0..KEYS {
-        let k = key(i);
-        store.store(StoreOp::Set, hot, 0, Expiry::NEVER, b"h");
-        store.store(StoreOp::Set, &k, 0, Expiry::NEVER, b"k");
-        store.flush_all(1);
-        store.clock().advance(1);
-        assert_eq!(store.get(&k, |_| ()), Err(Miss::Flushed));
-        match store.get(hot, |_| ()) {
-            Err(Miss::NotFound) => same.push(i),
-            Err(Miss::Flushed) => other.push(i),
-            seen => panic!("{seen:?}"),
-        }
-    }
-    store.flush_all(0);
-    (same, other)
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 
