@@ -123,6 +123,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             cas_enabled: !settings.disable_cas,
             large_pages: settings.enable_largepages,
             lock_memory: settings.lock_memory,
+            shards: tern_store::shards_for(settings.threads, settings.memory_limit_mb << 20),
             ..Config::default()
         },
         clock.clone(),

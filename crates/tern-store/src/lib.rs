@@ -91,6 +91,18 @@ pub struct Config {
     pub lock_memory: bool,
 }
 
+/// A shard count for `threads` threads sharing a `heap_bytes` heap: four shards per thread, so
+/// two threads rarely want the same lock and a hot key's lock holds up few other keys, but no
+/// more than lets each shard have 16 segments of the largest auto size (smaller segments hold
+/// large values worse), and at least the default 16, at most 256.
+pub fn shards_for(threads: usize, heap_bytes: usize) -> usize {
+    let by_threads = (threads.max(1) * 4).next_power_of_two();
+    let by_heap = (heap_bytes / (16 * AUTO_MAX_SEGMENT)).max(1);
+    by_threads
+        .min(1 << (usize::BITS - 1 - by_heap.leading_zeros()))
+        .clamp(16, 256)
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -2052,6 +2064,17 @@ mod tests {
         assert!(get(&s, b"k").is_ok());
         s.clock().advance(1);
         assert_eq!(get(&s, b"k"), Err(Miss::Expired));
+    }
+
+    #[test]
+    fn shards_grow_with_threads_while_the_heap_keeps_segments_large() {
+        let gib = 1 << 30;
+        assert_eq!(shards_for(1, 64 << 20), 16);
+        assert_eq!(shards_for(64, 64 << 20), 16);
+        assert_eq!(shards_for(8, gib), 32);
+        assert_eq!(shards_for(64, gib), 256);
+        assert_eq!(shards_for(64, 64 * gib), 256);
+        assert_eq!(shards_for(64, 512 << 20), 128);
     }
 
     #[test]
