@@ -13,47 +13,12 @@ use criterion::{
 };
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
-use tern_store::{Clock, Config, Expiry, Store, StoreOp};
+use tern_store::{Expiry, Store, StoreOp};
 
 mod common;
-use common::{key, split_by_shard, Rng, KEYS};
-
-/// A store holding `KEYS` items. With `churned`, a 64 MB heap first takes 3 M sets, so set
-/// benchmarks run in the steady state of a heap that has cycled (segments emptied by
-/// overwrites go back to the pool) whichever of them runs first.
-fn filled(churned: bool) -> Arc<Store> {
-    let store = empty(churned);
-    fill(&store, churned);
-    store
-}
-
-/// A manual clock (at the current time): nothing ticks it here, and [`split_by_shard`] moves it.
-fn empty(churned: bool) -> Arc<Store> {
-    let store = Store::new(
-        Config {
-            heap_bytes: if churned { 64 << 20 } else { 256 << 20 },
-            ..Config::default()
-        },
-        Arc::new(Clock::manual(Clock::system().now())),
-    )
-    .unwrap();
-    Arc::new(store)
-}
-
-fn fill(store: &Store, churned: bool) {
-    for i in 0..KEYS {
-        store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &[b'v'; 32]);
-    }
-    if churned {
-        let mut rng = Rng(11);
-        for _ in 0..3_000_000 {
-            let k = key(rng.next() % KEYS);
-            store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &[b'w'; 32]);
-        }
-    }
-}
+use common::{empty, fill, filled, key, split_by_shard, Rng, KEYS};
 
 fn single(c: &mut Criterion) {
     let store = filled(false);

@@ -1,7 +1,11 @@
 //! What the store benches share: the key set, a cheap random stream, and which keys share a
-//! shard with a given key.
+//! shard with a given key, stores filled for benching.
 
-use tern_store::{Expiry, Miss, Store, StoreOp};
+// Each bench compiles this module and uses a part of it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use tern_store::{Clock, Config, Expiry, Miss, Store, StoreOp};
 
 pub const KEYS: u64 = 100_000;
 
@@ -47,5 +51,40 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+}
+
+/// A store holding `KEYS` items. With `churned`, a 64 MB heap first takes 3 M sets, so set
+/// benchmarks run in the steady state of a heap that has cycled (segments emptied by
+/// overwrites go back to the pool) whichever of them runs first.
+pub fn filled(churned: bool) -> Arc<Store> {
+    let store = empty(churned);
+    fill(&store, churned);
+    store
+}
+
+/// A manual clock (at the current time): nothing ticks it here, and [`split_by_shard`] moves it.
+pub fn empty(churned: bool) -> Arc<Store> {
+    let store = Store::new(
+        Config {
+            heap_bytes: if churned { 64 << 20 } else { 256 << 20 },
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(Clock::system().now())),
+    )
+    .unwrap();
+    Arc::new(store)
+}
+
+pub fn fill(store: &Store, churned: bool) {
+    for i in 0..KEYS {
+        store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &[b'v'; 32]);
+    }
+    if churned {
+        let mut rng = Rng(11);
+        for _ in 0..3_000_000 {
+            let k = key(rng.next() % KEYS);
+            store.store(StoreOp::Set, &k, 0, Expiry::NEVER, &[b'w'; 32]);
+        }
     }
 }
