@@ -859,20 +859,11 @@ impl Store {
         }
         let seg = self.make_room(sh, now)?;
         let meta = self.meta(seg);
-        let epoch = self.next_epoch();
         set32(&meta.owner, sh.id);
         set32(&meta.head, seg);
         set32(&meta.run_len, 1);
-        set32(&meta.write_off, size as u32);
-        set32(&meta.live, 0);
-        set32(&meta.max_expiry, 0);
-        set32(&meta.created, now);
-        set32(&meta.group, g as u32);
-        meta.epoch.store(epoch, Relaxed);
-        meta.order.store(epoch, Relaxed);
+        self.open_segment(sh, seg, size, g, now);
         let sealed = std::mem::replace(&mut sh.active[g], seg);
-        sh.chains[g].push_back(seg);
-        self.publish_oldest(sh);
         if sealed != NO_SEGMENT && get32(&self.meta(sealed).live) == 0 {
             self.drop_segment(sh, sealed);
             self.release(sh, false);
@@ -1369,19 +1360,26 @@ impl Store {
         g: usize,
         now: UnixSecs,
     ) {
-        let epoch = self.next_epoch();
         for seg in start..start + len as u32 {
             set32(&self.meta(seg).owner, sh.id);
         }
-        let meta = self.meta(start);
-        set32(&meta.write_off, size as u32);
+        self.open_segment(sh, start, size, g, now);
+    }
+
+    /// Puts segment (or run) `head`, owned by this shard, at the young end of TTL group `g`
+    /// with `written` bytes already reserved in it.
+    fn open_segment(&self, sh: &mut Shard, head: u32, written: usize, g: usize, now: UnixSecs) {
+        let meta = self.meta(head);
+        let epoch = self.next_epoch();
+        set32(&meta.write_off, written as u32);
         set32(&meta.live, 0);
         set32(&meta.max_expiry, 0);
         set32(&meta.created, now);
         set32(&meta.group, g as u32);
         meta.epoch.store(epoch, Relaxed);
         meta.order.store(epoch, Relaxed);
-        sh.chains[g].push_back(start);
+        sh.chains[g].push_back(head);
+        self.publish_oldest(sh);
     }
 
     /// Looks `key` up and hands the item to `read`.
