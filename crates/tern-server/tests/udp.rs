@@ -219,8 +219,8 @@ fn udp_is_off_unless_asked_for() {
     assert!(socket.recv(&mut buf).is_err(), "a UDP reply without -U");
 }
 
-#[test]
-fn rejected_lines_count_as_errors_as_over_tcp() {
+/// A tern serving UDP (`-U`) and its admin endpoint: the server, the UDP port, the admin port.
+fn with_udp_and_admin() -> (ServerProcess, u16, u16) {
     let udp_port = free_port();
     let admin = free_port();
     let server = ServerProcess::tern(&[
@@ -229,15 +229,23 @@ fn rejected_lines_count_as_errors_as_over_tcp() {
         "--admin-port",
         &admin.to_string(),
     ]);
-    // The requests the parser refused, from the admin endpoint's per-command counts.
-    let rejected = || {
-        let (status, _, body) = http_get(("127.0.0.1", admin), "/stats");
-        assert_eq!(status, 200);
-        let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
-        stats["commands"]["invalid"]["outcomes"]["error"]
-            .as_u64()
-            .unwrap_or(0)
-    };
+    (server, udp_port, admin)
+}
+
+/// The requests the parser refused, from the admin endpoint's per-command counts.
+fn rejected_requests(admin: u16) -> u64 {
+    let (status, _, body) = http_get(("127.0.0.1", admin), "/stats");
+    assert_eq!(status, 200);
+    let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+    stats["commands"]["invalid"]["outcomes"]["error"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn rejected_lines_count_as_errors_as_over_tcp() {
+    let (server, udp_port, admin) = with_udp_and_admin();
+    let rejected = || rejected_requests(admin);
     let mut tcp = server.connect();
     tcp.expect(b"bogus\r\n", b"ERROR\r\n");
     tcp.expect(
@@ -262,14 +270,7 @@ fn rejected_lines_count_as_errors_as_over_tcp() {
 
 #[test]
 fn udp_only_traffic_reaches_the_latency_histograms() {
-    let udp_port = free_port();
-    let admin = free_port();
-    let _server = ServerProcess::tern(&[
-        "-U",
-        &udp_port.to_string(),
-        "--admin-port",
-        &admin.to_string(),
-    ]);
+    let (_server, udp_port, admin) = with_udp_and_admin();
     // No TCP request at all: a UDP turn must time its own batch.
     let udp = Client::new(udp_port);
     udp.exchange([1, 0, 1, 0], b"set k 0 0 1\r\nv\r\n", 1);
@@ -299,22 +300,8 @@ fn udp_only_traffic_reaches_the_latency_histograms() {
 
 #[test]
 fn rejected_binary_frames_count_as_errors_over_tcp_and_udp() {
-    let udp_port = free_port();
-    let admin = free_port();
-    let server = ServerProcess::tern(&[
-        "-U",
-        &udp_port.to_string(),
-        "--admin-port",
-        &admin.to_string(),
-    ]);
-    let rejected = || {
-        let (status, _, body) = http_get(("127.0.0.1", admin), "/stats");
-        assert_eq!(status, 200);
-        let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
-        stats["commands"]["invalid"]["outcomes"]["error"]
-            .as_u64()
-            .unwrap_or(0)
-    };
+    let (server, udp_port, admin) = with_udp_and_admin();
+    let rejected = || rejected_requests(admin);
     const UNKNOWN_COMMAND: u16 = 0x81;
     const INVALID_ARGUMENTS: u16 = 0x04;
     let unknown_opcode = binary::frame(0x42, &[], &[], &[], 7);
