@@ -5,11 +5,12 @@ pub mod bench;
 pub mod binary;
 pub mod prometheus;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a test waits for a server to start or a reply to arrive before failing.
@@ -31,13 +32,26 @@ pub fn tern_bin() -> PathBuf {
     bin
 }
 
-/// A port nobody listens on right now (the OS picks it; there is a small race, as with any such
-/// helper, which the start-up wait below turns into a clear failure).
+/// A port nobody listens on right now and never handed out before in this test process. The
+/// OS picks it and may pick a released port again; tern binds with SO_REUSEPORT, so two of the
+/// tests running in parallel given the same port would both bind it and share its
+/// connections (one test talking to the other's server). A port something else takes
+/// meanwhile still turns into a clear failure in the start-up wait below.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind an ephemeral port");
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
 
 /// A server process on 127.0.0.1 that is killed when dropped.
@@ -334,5 +348,19 @@ impl Rng {
     /// True `percent` times in 100.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+    use std::collections::HashSet;
+
+    #[test]
+    fn free_port_never_hands_out_a_port_twice() {
+        let mut seen = HashSet::new();
+        for _ in 0..3000 {
+            assert!(seen.insert(free_port()), "a port handed out twice");
+        }
     }
 }
