@@ -54,6 +54,19 @@ def lru():
     return ratio(hits)
 
 
+def clock_evict(queue, count):
+    """Evicts the first item of `queue` whose count is 0; those before it go to the back, one
+    count lower."""
+    while True:
+        victim = queue.popleft()
+        if count[victim]:
+            count[victim] -= 1
+            queue.append(victim)
+        else:
+            del count[victim]
+            return
+
+
 def clock(max_count):
     queue, count, hits = collections.deque(), {}, 0
     for n, k in enumerate(keys):
@@ -63,13 +76,8 @@ def clock(max_count):
             continue
         count[k] = 0
         queue.append(k)
-        while len(queue) > capacity:
-            victim = queue.popleft()
-            if count[victim]:
-                count[victim] -= 1
-                queue.append(victim)
-            else:
-                del count[victim]
+        if len(queue) > capacity:
+            clock_evict(queue, count)
     return ratio(hits)
 
 
@@ -80,13 +88,8 @@ def s3fifo():
     ghost, hits = collections.OrderedDict(), 0
 
     def to_main(k):
-        while len(main) >= main_cap:
-            victim = main.popleft()
-            if count[victim]:
-                count[victim] -= 1
-                main.append(victim)
-            else:
-                del count[victim]
+        if len(main) >= main_cap:
+            clock_evict(main, count)
         main.append(k)
         count[k] = 0
 
