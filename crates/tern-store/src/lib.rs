@@ -729,7 +729,7 @@ impl Store {
     /// The live item for `key`: an expired one is unlinked and reported.
     fn live(&self, sh: &mut Shard, key: &[u8], tag: u32, now: UnixSecs) -> Result<Found, Miss> {
         let found = self.lookup(sh, key, tag).ok_or(Miss::NotFound)?;
-        if found.hdr.expiry != 0 && found.hdr.expiry <= now {
+        if Expiry(found.hdr.expiry).is_expired_at(now) {
             self.unlink(sh, found, Cause::Expired, true);
             return Err(Miss::Expired);
         }
@@ -993,7 +993,7 @@ impl Store {
     }
 
     fn removal_cause(hdr: &Header, now: UnixSecs) -> Cause {
-        if hdr.expiry != 0 && hdr.expiry <= now {
+        if Expiry(hdr.expiry).is_expired_at(now) {
             Cause::Expired
         } else {
             Cause::Evicted
