@@ -101,7 +101,8 @@ label_enum! {
         /// `version`, `verbosity`, `quit` and other administrative commands
         Admin => "admin",
         /// A request the parser refused: a line answered with `ERROR` / `CLIENT_ERROR`, a binary
-        /// frame answered with an error status
+        /// frame answered with an error status, or one refused without a reply (a bad binary
+        /// magic byte, an overlong line, a UDP request cut off by its datagram)
         Invalid => "invalid",
     }
 }

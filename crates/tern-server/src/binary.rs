@@ -65,18 +65,19 @@ pub fn serve(exec: &Executor<'_>, buf: &[u8], budget: usize, out: &mut Vec<u8>) 
                 }
             }
             Parsed::Reject(reject) => {
-                if let Some(status) = reject.status {
-                    // An invalid request, as a refused ASCII line (`Executor::reject`): in no
-                    // memcached counter but `store_too_large`, as memcached 1.6.18 counts them.
-                    if status == Status::TooLarge {
-                        exec.record(Op::Invalid, Outcome::TooLarge);
-                        if !reject.key.is_empty() {
-                            // A failed overwrite must not leave the old value readable.
-                            exec.shared.store.delete(reject.key);
-                        }
-                    } else {
-                        exec.record(Op::Invalid, Outcome::Error);
+                // An invalid request, as a refused ASCII line (`Executor::reject`), a bad magic
+                // byte (no reply) included: in no memcached counter but `store_too_large`, as
+                // memcached 1.6.18 counts them.
+                if reject.status == Some(Status::TooLarge) {
+                    exec.record(Op::Invalid, Outcome::TooLarge);
+                    if !reject.key.is_empty() {
+                        // A failed overwrite must not leave the old value readable.
+                        exec.shared.store.delete(reject.key);
                     }
+                } else {
+                    exec.record_refused();
+                }
+                if let Some(status) = reject.status {
                     bin::write_error(out, reject.opcode, reject.opaque, status);
                 }
                 match reject.then {

@@ -262,7 +262,10 @@ impl Conn {
                     self.need_exact = false;
                     return Some(false);
                 }
-                Frame::LineTooLong => return None,
+                Frame::LineTooLong => {
+                    exec.record_refused();
+                    return None;
+                }
                 Frame::Line { consumed, parsed } => (consumed, parsed),
             };
             self.need = 0;

@@ -131,10 +131,17 @@ impl<'a> Executor<'a> {
         Expiry::from_exptime(exptime, self.shared.store.clock().now())
     }
 
-    /// A line the parser refused: counted as an invalid request, answered with memcached's error
-    /// unless the line asked for `noreply`.
-    pub fn reject(&self, rejection: ascii::Rejection, out: &mut Vec<u8>) {
+    /// Records a request the parser refused, answered or not (a bad binary magic byte, an
+    /// overlong line and a UDP request cut off by its datagram get no reply): an invalid request
+    /// with the error outcome, in none of memcached's counters, as memcached 1.6.18 counts it.
+    pub fn record_refused(&self) {
         self.record(Op::Invalid, Outcome::Error);
+    }
+
+    /// A line the parser refused: counted ([`Executor::record_refused`]), answered with
+    /// memcached's error unless the line asked for `noreply`.
+    pub fn reject(&self, rejection: ascii::Rejection, out: &mut Vec<u8>) {
+        self.record_refused();
         if !rejection.noreply {
             out.extend_from_slice(rejection.reply);
         }

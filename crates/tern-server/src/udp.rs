@@ -7,7 +7,9 @@
 //! carrying the request's id, its sequence number and the message's datagram count. A request
 //! that says it spans several datagrams is dropped, as memcached drops it; so is a request cut
 //! off by the end of its datagram (a line without its newline, a storage command without all
-//! of its data). Binary requests (first payload byte 0x80) get one message per frame.
+//! of its data, part of a binary frame), which counts as a refused request
+//! ([`Executor::record_refused`]). Binary requests (first payload byte 0x80) get one message
+//! per frame.
 
 use std::io;
 use std::net::SocketAddr;
@@ -164,9 +166,13 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
     if payload.first() == Some(&bin::REQUEST_MAGIC) {
         // One message per frame, as memcached answers; the frame's length is in its header,
         // and a frame cut off by the end of the datagram is dropped.
-        while payload.len() >= bin::HEADER_LEN {
-            let body = u32::from_be_bytes([payload[8], payload[9], payload[10], payload[11]]);
-            let Some(frame) = payload.get(..bin::HEADER_LEN + body as usize) else {
+        while !payload.is_empty() {
+            let frame = payload.get(..bin::HEADER_LEN).and_then(|header| {
+                let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+                payload.get(..bin::HEADER_LEN + body as usize)
+            });
+            let Some(frame) = frame else {
+                exec.record_refused();
                 return;
             };
             let progress = binary::serve(exec, frame, usize::MAX, out.reply);
@@ -182,7 +188,10 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
         let (consumed, parsed) = match ascii::parse(payload, max_line) {
             Frame::Line { consumed, parsed } => (consumed, parsed),
             // The rest of the request is not in this datagram: drop it.
-            Frame::Incomplete | Frame::LineTooLong => return,
+            Frame::Incomplete | Frame::LineTooLong => {
+                exec.record_refused();
+                return;
+            }
         };
         let after = &payload[consumed..];
         let step = match parsed {
@@ -226,7 +235,10 @@ fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: 
         let used = match step {
             Step::Done(data) | Step::Swallow(data) => consumed + data,
             // The data block is not in this datagram: drop the request.
-            Step::Need(_) => return,
+            Step::Need(_) => {
+                exec.record_refused();
+                return;
+            }
         };
         out.send();
         payload = payload.get(used..).unwrap_or(&[]);

@@ -2,6 +2,7 @@
 //! Debian's memcached 1.6.18 request by request, a Python client reassembling large replies,
 //! and UDP staying off unless asked for.
 
+use std::io::Read;
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
@@ -335,5 +336,52 @@ fn rejected_binary_frames_count_as_errors_over_tcp_and_udp() {
     let stats = server.connect().stats("stats\r\n");
     for name in ["cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "get_misses"] {
         assert_eq!(stats[name], "0", "stat {name}");
+    }
+}
+
+#[test]
+fn requests_refused_without_a_reply_count_as_errors() {
+    let (server, udp_port, admin) = with_udp_and_admin();
+    let rejected = || rejected_requests(admin);
+    // A binary connection's next frame with a bad magic byte: closed, nothing sent.
+    let mut tcp = server.connect();
+    tcp.send(&binary::frame(0x0a, &[], &[], &[], 1));
+    assert_eq!(binary::Reply::read(&mut tcp.stream).unwrap().opaque, 1);
+    let mut bad_magic = binary::frame(0x0a, &[], &[], &[], 2);
+    bad_magic[0] = 0x81;
+    tcp.send(&bad_magic);
+    let mut after = Vec::new();
+    tcp.stream.read_to_end(&mut after).unwrap();
+    assert!(after.is_empty(), "a reply to a bad magic byte: {after:?}");
+    assert_eq!(rejected(), 1);
+    // An ASCII line past the limit: closed.
+    let mut tcp = server.connect();
+    tcp.send(&[b'x'; 4096]);
+    assert!(tcp.is_closed_by_server());
+    assert_eq!(rejected(), 2);
+    // A UDP request cut off by its datagram: dropped. The next datagram's reply (same client,
+    // same worker socket, served in order) shows the cut one was handled.
+    let udp = Client::new(udp_port);
+    assert!(udp
+        .exchange([1, 0, 1, 0], b"set cut 0 0 10\r\nabc", 0)
+        .is_empty());
+    udp.exchange([2, 0, 1, 0], b"get cut\r\n", 1);
+    assert_eq!(rejected(), 3);
+    let noop = binary::frame(0x0a, &[], &[], &[], 3);
+    let cut_frame = [&noop[..], &noop[..10]].concat();
+    assert_eq!(udp.exchange([3, 0, 1, 0], &cut_frame, 1).len(), 1);
+    udp.exchange([4, 0, 1, 0], b"get cut\r\n", 1);
+    assert_eq!(rejected(), 4, "a binary frame cut off counts too");
+    // memcached 1.6.18 moves none of its `stats` counters for these: only the two probing
+    // gets show.
+    let stats = server.connect().stats("stats\r\n");
+    for (name, want) in [
+        ("cmd_get", "2"),
+        ("get_misses", "2"),
+        ("cmd_set", "0"),
+        ("cmd_touch", "0"),
+        ("cmd_flush", "0"),
+    ] {
+        assert_eq!(stats[name], want, "stat {name}");
     }
 }
