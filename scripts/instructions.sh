@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # User-space instructions per request, tern vs Debian's memcached, under callgrind (repeatable on a
 # busy machine, unlike time). Each server runs with one worker thread and is driven in lockstep by
-# crates/tern-server/scripts/lockstep_client.py: MODE `get` sends batches of 100 gets, `mix`
-# batches of 16 requests, 80/20 get/set with 256 B values. Each server is run twice, with SHORT and
+# crates/tern-server/scripts/lockstep_client.py: MODE `get` sends batches of 100 gets (pipelined),
+# `single` one get at a time (unpipelined), `mix` batches of 16 requests, 80/20 get/set with 256 B
+# values. Each server is run twice, with SHORT and
 # LONG batch counts; the difference of the two totals divided by the difference in requests is the
 # cost of a request alone (start-up, preload and shutdown cancel out).
 #
-#   scripts/instructions.sh [get|mix] [SHORT] [LONG]
+#   scripts/instructions.sh [get|single|mix] [SHORT] [LONG]
+#   TERN=path/to/tern scripts/instructions.sh ...   (measure another build, e.g. a baseline)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-get}; short=${2:-200}; long=${3:-1200}
-per_batch=$([ "$mode" = get ] && echo 100 || echo 16)
+case $mode in get) per_batch=100 ;; single) per_batch=1 ;; *) per_batch=16 ;; esac
 client=crates/tern-server/scripts/lockstep_client.py
-cargo build --release -q -p tern
-tern=${CARGO_TARGET_DIR:-target}/release/tern
+if [ -z "${TERN:-}" ]; then
+  cargo build --release -q -p tern
+fi
+tern=${TERN:-${CARGO_TARGET_DIR:-target}/release/tern}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

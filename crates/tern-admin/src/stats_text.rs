@@ -1,5 +1,7 @@
-//! memcached's `stats` family as wire bytes: `STAT <name> <value>\r\n` lines ending in
-//! `END\r\n`, with memcached 1.6's field names, rendered from plain data.
+//! memcached's `stats` family as data: each group is a list of `(name, value)` pairs with
+//! memcached 1.6's field names, built from plain data; [`render_stat_lines`] frames a list as the
+//! text protocol's `STAT <name> <value>\r\n` lines ending in `END\r\n`, and the binary protocol
+//! sends the same pairs as one packet each.
 //!
 //! tern has no slab classes and no segmented LRU, so `stats items` and `stats slabs` map its
 //! segment store onto memcached's shapes (one class, id 1); the fields with no tern counterpart
@@ -15,45 +17,35 @@ use crate::snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot};
 /// Hot keys listed when `stats hotkeys` / `/hotkeys` give no count.
 pub const DEFAULT_HOT_KEYS: usize = 10;
 
-struct Stats {
-    out: Vec<u8>,
+/// One `stats` group: `(name, value)` pairs in the order memcached prints them.
+pub type StatLines = Vec<(String, String)>;
+
+fn lines<N: Display, V: Display>(pairs: impl IntoIterator<Item = (N, V)>) -> StatLines {
+    pairs
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
 }
 
-impl Stats {
-    fn new() -> Stats {
-        Stats {
-            out: Vec::with_capacity(1024),
-        }
-    }
-
-    fn stat(&mut self, name: impl Display, value: impl Display) {
-        let _ = write!(self.out, "STAT {name} {value}\r\n");
-    }
-
-    fn end(mut self) -> Vec<u8> {
-        self.out.extend_from_slice(b"END\r\n");
-        self.out
-    }
-}
-
-/// Any `(name, value)` list as `STAT` lines plus `END` (for `stats settings`, say).
+/// Any `(name, value)` list as `STAT` lines plus `END`, the text protocol's framing.
 pub fn render_stat_lines<N: Display, V: Display>(
     pairs: impl IntoIterator<Item = (N, V)>,
 ) -> Vec<u8> {
-    let mut s = Stats::new();
+    let mut out = Vec::with_capacity(1024);
     for (name, value) in pairs {
-        s.stat(name, value);
+        let _ = write!(out, "STAT {name} {value}\r\n");
     }
-    s.end()
+    out.extend_from_slice(b"END\r\n");
+    out
 }
 
 /// Plain `stats`: memcached's general statistics (see [`general_stats`]).
-pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
-    render_stat_lines(general_stats(snap))
+pub fn stats_general(snap: &Snapshot) -> StatLines {
+    lines(general_stats(snap))
 }
 
-/// `stats items`: all of tern's items as class 1 (there are no size classes); printed only
-/// when items exist, as memcached prints only classes holding items.
+/// `stats items`: all of tern's items as class 1 (there are no size classes); listed only
+/// when items exist, as memcached lists only classes holding items.
 ///
 /// tern has no HOT/WARM/COLD LRU, so the fields are exactly those memcached 1.6 prints with
 /// `lru_segmented no` (`-o no_modern`). `number` = items, `mem_requested` = item bytes,
@@ -62,32 +54,33 @@ pub fn render_stats(snap: &Snapshot) -> Vec<u8> {
 /// (memcached's: of its LRU tail). The store keeps no eviction times, tail repairs or LRU
 /// crawler, so `evicted_nonzero`, `evicted_time`, `tailrepairs`, `crawler_reclaimed`,
 /// `crawler_items_checked` and `lrutail_reflocked` are 0.
-pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
-    let mut s = Stats::new();
+pub fn stats_items(snap: &Snapshot) -> StatLines {
     let store = &snap.store;
-    if store.items > 0 {
-        let m = MemcachedCounters::from_totals(&snap.totals());
-        let fields: [(&str, u64); 14] = [
-            ("number", store.items),
-            ("age", store.oldest_item_age_seconds),
-            ("mem_requested", store.bytes),
-            ("evicted", store.evictions),
-            ("evicted_nonzero", 0),
-            ("evicted_time", 0),
-            ("outofmemory", m.store_no_memory),
-            ("tailrepairs", 0),
-            ("reclaimed", store.reclaimed),
-            ("expired_unfetched", store.expired_unfetched),
-            ("evicted_unfetched", store.evicted_unfetched),
-            ("crawler_reclaimed", 0),
-            ("crawler_items_checked", 0),
-            ("lrutail_reflocked", 0),
-        ];
-        for (name, value) in fields {
-            s.stat(format_args!("items:1:{name}"), value);
-        }
+    if store.items == 0 {
+        return StatLines::new();
     }
-    s.end()
+    let m = MemcachedCounters::from_totals(&snap.totals());
+    let fields: [(&str, u64); 14] = [
+        ("number", store.items),
+        ("age", store.oldest_item_age_seconds),
+        ("mem_requested", store.bytes),
+        ("evicted", store.evictions),
+        ("evicted_nonzero", 0),
+        ("evicted_time", 0),
+        ("outofmemory", m.store_no_memory),
+        ("tailrepairs", 0),
+        ("reclaimed", store.reclaimed),
+        ("expired_unfetched", store.expired_unfetched),
+        ("evicted_unfetched", store.evicted_unfetched),
+        ("crawler_reclaimed", 0),
+        ("crawler_items_checked", 0),
+        ("lrutail_reflocked", 0),
+    ];
+    lines(
+        fields
+            .iter()
+            .map(|(name, value)| (format!("items:1:{name}"), value)),
+    )
 }
 
 /// `stats slabs`: the segment heap shown as one slab class (id 1) whose pages are segments and
@@ -96,10 +89,10 @@ pub fn render_stats_items(snap: &Snapshot) -> Vec<u8> {
 /// `free_chunks` = free segments, `free_chunks_end` = 0 (segments are handed out whole); the
 /// per-class hit counters are the server's totals, `active_slabs` is 1 (0 before any segment
 /// exists) and `total_malloced` is the segment heap's size.
-pub fn render_stats_slabs(snap: &Snapshot) -> Vec<u8> {
-    let mut s = Stats::new();
+pub fn stats_slabs(snap: &Snapshot) -> StatLines {
     let seg = &snap.store.segments;
     let active = seg.segments_total > 0;
+    let mut out = StatLines::new();
     if active {
         let m = MemcachedCounters::from_totals(&snap.totals());
         let fields: [(&str, u64); 15] = [
@@ -119,18 +112,22 @@ pub fn render_stats_slabs(snap: &Snapshot) -> Vec<u8> {
             ("cas_badval", m.cas_badval),
             ("touch_hits", m.touch_hits),
         ];
-        for (name, value) in fields {
-            s.stat(format_args!("1:{name}"), value);
-        }
+        out = lines(
+            fields
+                .iter()
+                .map(|(name, value)| (format!("1:{name}"), value)),
+        );
     }
-    s.stat("active_slabs", active as u8);
-    s.stat("total_malloced", seg.heap_bytes());
-    s.end()
+    out.extend(lines([
+        ("active_slabs", u64::from(active)),
+        ("total_malloced", seg.heap_bytes()),
+    ]));
+    out
 }
 
 /// `stats segments` (tern's own): the segment store's layout and churn.
-pub fn render_stats_segments(seg: &SegmentStats) -> Vec<u8> {
-    render_stat_lines([
+pub fn stats_segments(seg: &SegmentStats) -> StatLines {
+    lines([
         ("segment_size", seg.segment_bytes),
         ("segments_total", seg.segments_total),
         ("segments_used", seg.segments_used()),
@@ -225,20 +222,18 @@ pub struct ConnInfo {
 
 /// `stats conns`: per connection `addr`, `listen_addr` (client connections only), `state`,
 /// `secs_since_last_cmd`, keyed by fd, in the order given.
-pub fn render_stats_conns(conns: &[ConnInfo]) -> Vec<u8> {
-    let mut s = Stats::new();
+pub fn stats_conns(conns: &[ConnInfo]) -> StatLines {
+    let mut out = StatLines::new();
     for c in conns {
-        s.stat(format_args!("{}:addr", c.fd), &c.addr);
+        let mut stat = |name: &str, value: String| out.push((format!("{}:{name}", c.fd), value));
+        stat("addr", c.addr.to_string());
         if let Some(listen) = &c.listen_addr {
-            s.stat(format_args!("{}:listen_addr", c.fd), listen);
+            stat("listen_addr", listen.to_string());
         }
-        s.stat(format_args!("{}:state", c.fd), c.state.name());
-        s.stat(
-            format_args!("{}:secs_since_last_cmd", c.fd),
-            c.secs_since_last_cmd,
-        );
+        stat("state", c.state.name().to_string());
+        stat("secs_since_last_cmd", c.secs_since_last_cmd.to_string());
     }
-    s.end()
+    out
 }
 
 /// `stats hotkeys [N]` (tern's own): the window and sampling, then per rank `r` from 1 the
@@ -253,23 +248,32 @@ pub fn render_stats_conns(conns: &[ConnInfo]) -> Vec<u8> {
 /// STAT hotkey:1:rate 5120.0
 /// END
 /// ```
-pub fn render_stats_hotkeys(report: &HotKeysReport) -> Vec<u8> {
-    let mut s = Stats::new();
-    s.stat(
-        "hotkeys_window_seconds",
-        format_args!("{:.3}", report.window_seconds),
-    );
-    s.stat("hotkeys_sample_every", report.sample_every);
+pub fn stats_hotkeys(report: &HotKeysReport) -> StatLines {
+    let mut out = lines([
+        (
+            "hotkeys_window_seconds",
+            format!("{:.3}", report.window_seconds),
+        ),
+        ("hotkeys_sample_every", report.sample_every.to_string()),
+    ]);
     for (i, k) in report.keys.iter().enumerate() {
         let rank = i + 1;
-        s.stat(format_args!("hotkey:{rank}:key"), k.key.escape_ascii());
-        s.stat(format_args!("hotkey:{rank}:requests"), k.estimated_requests);
-        s.stat(
-            format_args!("hotkey:{rank}:rate"),
-            format_args!("{:.1}", k.rate_per_second),
-        );
+        out.extend(lines([
+            (
+                format!("hotkey:{rank}:key"),
+                k.key.escape_ascii().to_string(),
+            ),
+            (
+                format!("hotkey:{rank}:requests"),
+                k.estimated_requests.to_string(),
+            ),
+            (
+                format!("hotkey:{rank}:rate"),
+                format!("{:.1}", k.rate_per_second),
+            ),
+        ]));
     }
-    s.end()
+    out
 }
 
 #[cfg(test)]
@@ -309,7 +313,7 @@ mod tests {
 
     #[test]
     fn items_have_memcached_fields_in_order() {
-        let out = text(render_stats_items(&snapshot()));
+        let out = text(render_stat_lines(stats_items(&snapshot())));
         let names: Vec<&str> = out
             .lines()
             .filter_map(|l| l.strip_prefix("STAT items:1:"))
@@ -327,12 +331,15 @@ mod tests {
         assert!(out.contains("STAT items:1:reclaimed 2\r\n"));
         assert!(out.contains("STAT items:1:age 35\r\n"));
         assert!(out.ends_with("END\r\n"));
-        assert_eq!(text(render_stats_items(&Snapshot::default())), "END\r\n");
+        assert_eq!(
+            text(render_stat_lines(stats_items(&Snapshot::default()))),
+            "END\r\n"
+        );
     }
 
     #[test]
     fn slabs_map_segments() {
-        let out = text(render_stats_slabs(&snapshot()));
+        let out = text(render_stat_lines(stats_slabs(&snapshot())));
         let expected = "STAT 1:chunk_size 1048576\r\nSTAT 1:chunks_per_page 1\r\n\
             STAT 1:total_pages 4\r\nSTAT 1:total_chunks 4\r\nSTAT 1:used_chunks 1\r\n\
             STAT 1:free_chunks 3\r\nSTAT 1:free_chunks_end 0\r\nSTAT 1:get_hits 1\r\n\
@@ -341,7 +348,7 @@ mod tests {
             STAT 1:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced 4194304\r\nEND\r\n";
         assert_eq!(out, expected);
         assert_eq!(
-            text(render_stats_slabs(&Snapshot::default())),
+            text(render_stat_lines(stats_slabs(&Snapshot::default()))),
             "STAT active_slabs 0\r\nSTAT total_malloced 0\r\nEND\r\n"
         );
     }
@@ -369,7 +376,7 @@ mod tests {
             STAT 24:secs_since_last_cmd 0\r\nSTAT 25:addr tcp:127.0.0.1:58932\r\n\
             STAT 25:listen_addr tcp:127.0.0.1:21999\r\nSTAT 25:state conn_parse_cmd\r\n\
             STAT 25:secs_since_last_cmd 3\r\nEND\r\n";
-        assert_eq!(text(render_stats_conns(&conns)), expected);
+        assert_eq!(text(render_stat_lines(stats_conns(&conns))), expected);
         assert_eq!(
             ConnAddr::Unix("/tmp/mc.sock".into()).to_string(),
             "unix:/tmp/mc.sock"
@@ -378,7 +385,9 @@ mod tests {
 
     #[test]
     fn segments_and_settings() {
-        let out = text(render_stats_segments(&snapshot().store.segments));
+        let out = text(render_stat_lines(stats_segments(
+            &snapshot().store.segments,
+        )));
         assert!(out.starts_with("STAT segment_size 1048576\r\nSTAT segments_total 4\r\n"));
         assert!(out.contains("STAT segments_used 1\r\n"));
         assert!(out.contains("STAT heap_bytes 4194304\r\n"));
@@ -403,7 +412,7 @@ mod tests {
             }],
         };
         assert_eq!(
-            text(render_stats_hotkeys(&report)),
+            text(render_stat_lines(stats_hotkeys(&report))),
             "STAT hotkeys_window_seconds 10.000\r\nSTAT hotkeys_sample_every 64\r\n\
              STAT hotkey:1:key user:42\r\nSTAT hotkey:1:requests 51200\r\n\
              STAT hotkey:1:rate 5120.0\r\nEND\r\n"
@@ -412,7 +421,7 @@ mod tests {
 
     #[test]
     fn general_stats_render() {
-        let out = text(render_stats(&snapshot()));
+        let out = text(render_stat_lines(stats_general(&snapshot())));
         assert!(out.starts_with("STAT pid 0\r\nSTAT uptime 0\r\n"));
         assert!(out.contains("STAT cmd_set 2\r\n"));
         assert!(out.contains("STAT store_no_memory 1\r\n"));

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use tern_admin::stats_text::{
-    render_stats, render_stats_conns, render_stats_items, render_stats_slabs, ConnAddr, ConnInfo,
+    render_stat_lines, stats_conns, stats_general, stats_items, stats_slabs, ConnAddr, ConnInfo,
     ConnState,
 };
 use tern_admin::{SegmentStats, Snapshot, StoreStats, WorkerMetrics};
@@ -52,10 +52,10 @@ fn items_slabs_conns_and_stats_have_memcacheds_fields() {
     let snap = tern_snapshot();
 
     let theirs = names(&conn.request(b"stats items\r\n", b"END\r\n"));
-    assert_eq!(names(&render_stats_items(&snap)), theirs);
+    assert_eq!(names(&render_stat_lines(stats_items(&snap))), theirs);
 
     let theirs = names(&conn.request(b"stats slabs\r\n", b"END\r\n"));
-    assert_eq!(names(&render_stats_slabs(&snap)), theirs);
+    assert_eq!(names(&render_stat_lines(stats_slabs(&snap))), theirs);
 
     let reply = conn.request(b"stats conns\r\n", b"END\r\n");
     let text = String::from_utf8(reply.clone()).unwrap();
@@ -99,13 +99,13 @@ fn items_slabs_conns_and_stats_have_memcacheds_fields() {
         }
     }
     assert!(conns.iter().any(|c| c.listen_addr.is_some()), "{text}");
-    assert_eq!(render_stats_conns(&conns), reply);
+    assert_eq!(render_stat_lines(stats_conns(&conns)), reply);
 
     // Every general stat tern prints is one memcached prints, in memcached's order (with its
     // default options: `-o no_modern` also drops `rejected_connections`).
     let default_mc = ServerProcess::memcached(&[]);
     let theirs = names(&default_mc.connect().request(b"stats\r\n", b"END\r\n"));
-    let ours = names(&render_stats(&snap));
+    let ours = names(&render_stat_lines(stats_general(&snap)));
     let mut at = 0;
     for name in &ours {
         let found = theirs[at..].iter().position(|n| n == name);

@@ -7,8 +7,7 @@
 //! get, and each command checks its token count before anything else (`ERROR`), then `noreply`,
 //! then its arguments (`CLIENT_ERROR ...`, silenced by `noreply` like every reply of that command).
 
-/// Longest key memcached accepts.
-pub const KEY_MAX_LENGTH: usize = 250;
+use crate::KEY_MAX_LENGTH;
 
 /// memcached closes a connection whose pending line has no `\n` after this many bytes, unless the
 /// line is a get/gets (multi-key gets may be long).

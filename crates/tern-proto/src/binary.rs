@@ -57,14 +57,14 @@
 
 use std::fmt;
 
+use crate::KEY_MAX_LENGTH;
+
 /// First byte of every request; also how a connection is recognised as binary.
 pub const REQUEST_MAGIC: u8 = 0x80;
 /// First byte of every response.
 pub const RESPONSE_MAGIC: u8 = 0x81;
 /// Size of the fixed packet header.
 pub const HEADER_LEN: usize = 24;
-/// memcached's key length limit; the binary header could say up to 65535.
-pub const MAX_KEY_LEN: usize = 250;
 /// Increment/decrement expiration meaning "fail with Key not found instead of creating".
 pub const NO_CREATE: u32 = 0xffff_ffff;
 
@@ -316,8 +316,8 @@ pub struct Reject<'a> {
     /// `None`: send nothing (bad magic), just close.
     pub status: Option<Status>,
     pub then: Then,
-    /// For [`Status::TooLarge`] on Set/SetQ: the key whose old value must be removed, as
-    /// memcached does so a failed overwrite never leaves stale data. Empty otherwise.
+    /// For [`Status::TooLarge`]: the refused command's key (the server decides whether the
+    /// old value goes, as memcached removes it for a failed set). Empty otherwise.
     pub key: &'a [u8],
 }
 
@@ -395,7 +395,7 @@ pub fn parse_request(buf: &[u8], max_value_len: usize) -> Parsed<'_> {
     if h.key_len + h.extras_len > h.body_len {
         return reject(Some(Status::UnknownCommand), Then::Close);
     }
-    if h.key_len > MAX_KEY_LEN {
+    if h.key_len > KEY_MAX_LENGTH {
         return reject(Some(Status::InvalidArguments), Then::Close);
     }
     let frame_len = HEADER_LEN + h.body_len;
@@ -413,17 +413,12 @@ pub fn parse_request(buf: &[u8], max_value_len: usize) -> Parsed<'_> {
         if buf.len() < key_end {
             return Parsed::Incomplete(key_end);
         }
-        let unlink = matches!(opcode, Opcode::Set | Opcode::SetQ);
         return Parsed::Reject(Reject {
             opcode: h.opcode,
             opaque: h.opaque,
             status: Some(Status::TooLarge),
             then: Then::Skip(frame_len),
-            key: if unlink {
-                &buf[HEADER_LEN + h.extras_len..key_end]
-            } else {
-                &[]
-            },
+            key: &buf[HEADER_LEN + h.extras_len..key_end],
         });
     }
     if buf.len() < frame_len {
@@ -989,12 +984,12 @@ mod tests {
 
     #[test]
     fn key_longer_than_memcached_allows_is_invalid() {
-        let key = vec![b'k'; MAX_KEY_LEN + 1];
+        let key = vec![b'k'; KEY_MAX_LENGTH + 1];
         let f = frame(0x00, &[], &key, b"", 9, 0);
         let r = rejected(&f);
         assert_eq!(r.status, Some(Status::InvalidArguments));
         assert_eq!(r.opaque, 9);
-        let key = vec![b'k'; MAX_KEY_LEN];
+        let key = vec![b'k'; KEY_MAX_LENGTH];
         assert!(matches!(
             parse(&frame(0x00, &[], &key, b"", 9, 0)),
             Parsed::Request(..)
@@ -1036,12 +1031,15 @@ mod tests {
         };
         assert_eq!(r.status, Some(Status::TooLarge));
         assert_eq!(r.then, Then::Skip(f.len()));
-        assert_eq!(r.key, b"big", "a failed set removes the old value");
+        assert_eq!(
+            r.key, b"big",
+            "the server decides what happens to the old value"
+        );
         let add = frame(0x12, &set_extras(0, 0), b"k", &value, 4, 0);
         let Parsed::Reject(r) = parse_request(&add, 99) else {
             panic!()
         };
-        assert_eq!((r.status, r.key), (Some(Status::TooLarge), &b""[..]));
+        assert_eq!((r.status, r.key), (Some(Status::TooLarge), &b"k"[..]));
         assert!(matches!(parse_request(&f, 100), Parsed::Request(..)));
     }
 

@@ -1,6 +1,9 @@
 //! memcached's wire protocols: parse requests and encode replies (server side), encode requests
 //! and parse replies (client side, for `tern bench`). No I/O: callers own the sockets and buffers.
 
+/// The longest key memcached accepts (its KEY_MAX_LENGTH), in every wire format.
+pub const KEY_MAX_LENGTH: usize = 250;
+
 pub mod ascii;
 pub mod binary;
 pub mod client;

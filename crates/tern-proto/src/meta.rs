@@ -62,13 +62,13 @@
 use base64::Engine as _;
 
 use crate::ascii;
+// The limit applies to the key token as sent (before base64 decoding).
+use crate::KEY_MAX_LENGTH;
 
-/// memcached's key length limit, applied to the key token as sent (before base64 decoding).
-pub const MAX_KEY_LEN: usize = 250;
 /// Longest `O` token, the `O` included (memcached's `MFLAG_MAX_OPAQUE_LENGTH`).
 pub const MAX_OPAQUE_LEN: usize = 32;
 /// Room for a decoded base64 key: a 250-byte token decodes to at most 186 bytes.
-const MAX_DECODED_KEY: usize = MAX_KEY_LEN / 4 * 3;
+const MAX_DECODED_KEY: usize = KEY_MAX_LENGTH / 4 * 3;
 
 /// Which meta command a line holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl<'a> Key<'a> {
             out.extend_from_slice(self.bytes());
             return;
         }
-        let mut buf = [0u8; MAX_KEY_LEN + 2];
+        let mut buf = [0u8; KEY_MAX_LENGTH + 2];
         let n = base64::engine::general_purpose::STANDARD
             .encode_slice(self.bytes(), &mut buf)
             .expect("a key of at most 250 bytes encodes in 252");
@@ -426,7 +426,7 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ParseError> {
         };
         return Err(ParseError::new(reply));
     };
-    if key_token.len() > MAX_KEY_LEN {
+    if key_token.len() > KEY_MAX_LENGTH {
         return Err(ParseError::new(ErrorReply::BadFormat));
     }
     if command == Command::Debug {

@@ -2,9 +2,10 @@
 then sends batches of exactly 16 requests (13 gets, 3 sets of 256-byte values: ~80/20) in one
 write each and waits for all 16 replies before the next, so every server wake-up serves one
 whole batch and two runs differ only in how many batches they serve. With MODE `get`, a batch is
-100 gets instead (the cost of a get alone).
+100 gets instead (the cost of a pipelined get alone); with MODE `single`, one get (unpipelined:
+every get is a wake-up, a read and a write of its own).
 
-usage: lockstep_client.py PORT BATCHES [mix|get]
+usage: lockstep_client.py PORT BATCHES [mix|get|single]
 """
 import socket
 import sys
@@ -30,7 +31,9 @@ def exchange(sock, request, replies):
 
 def main():
     port, batches = int(sys.argv[1]), int(sys.argv[2])
-    gets_only = len(sys.argv) > 3 and sys.argv[3] == "get"
+    mode = sys.argv[3] if len(sys.argv) > 3 else "mix"
+    gets_only = mode in ("get", "single")
+    per_batch = {"get": 100, "single": 1}.get(mode, 16)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for start in range(0, KEYS, 16):
@@ -39,7 +42,7 @@ def main():
     n = 0
     for _ in range(batches):
         parts, lines = [], 0
-        for j in range(100 if gets_only else 16):
+        for j in range(per_batch):
             k = key(n * 7919)
             n += 1
             if not gets_only and j % 5 == 4 and j < 15:

@@ -2,7 +2,7 @@
 //! with a key per option (`--config`), and the merged [`Settings`] the server runs with. Flags
 //! given on the command line override the file; the file overrides the defaults.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -493,15 +493,6 @@ pub fn parse_size(text: &str) -> anyhow::Result<usize> {
         .with_context(|| format!("-I {text}: expected bytes, or a number with a k or m suffix"))
 }
 
-/// Reads a TOML config from `path`; used by tests and by `--config`.
-pub fn load_file(path: &Path) -> anyhow::Result<Settings> {
-    let args = ServeArgs {
-        config: Some(path.to_path_buf()),
-        ..ServeArgs::default()
-    };
-    Settings::from_args(&args)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,7 +595,7 @@ mod tests {
              disable_cas = true\nverbose = 1\nadmin_port = 9150\nhotkey_sample_rate = 0\n",
         )
         .unwrap();
-        let from_file = load_file(&path).unwrap();
+        let from_file = settings(&["--config", path.to_str().unwrap()]).unwrap();
         assert_eq!((from_file.port, from_file.threads), (2000, 3));
         assert_eq!(from_file.max_item_size, 2 << 20);
         assert!(from_file.disable_cas);
@@ -615,7 +606,7 @@ mod tests {
         assert_eq!((both.port, both.threads), (3000, 3));
         assert_eq!((both.admin_port, both.hotkey_sample_rate), (Some(9151), 0));
         std::fs::write(&path, "prot = 1\n").unwrap();
-        let err = load_file(&path).unwrap_err();
+        let err = settings(&["--config", p]).unwrap_err();
         assert!(format!("{err:#}").contains("prot"), "{err:#}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

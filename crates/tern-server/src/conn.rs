@@ -6,11 +6,10 @@ use std::io::{self, Read, Write};
 
 use std::time::Instant;
 
-use tern_proto::ascii::{self, Command, Frame};
-
-use crate::exec::{After, Executor, Step};
+use crate::framing::{After, Replies};
 use crate::net::Stream;
-use crate::{binary, meta};
+use crate::ops::Ops;
+use crate::{binary, text};
 
 /// Read buffer size for a new connection, and the size it returns to after a large value.
 const READ_BUFFER: usize = 16 * 1024;
@@ -64,8 +63,27 @@ enum Protocol {
     /// Nothing received yet.
     Unknown,
     /// Text: classic commands and meta commands.
-    Ascii,
+    Text,
     Binary,
+}
+
+/// A connection's write buffer as the serve loops see it: backlogged past
+/// [`WRITE_HIGH_WATER`] unsent bytes.
+struct ConnReplies<'a> {
+    wbuf: &'a mut Vec<u8>,
+    wsent: usize,
+}
+
+impl Replies for ConnReplies<'_> {
+    #[inline]
+    fn buf(&mut self) -> &mut Vec<u8> {
+        self.wbuf
+    }
+
+    #[inline]
+    fn backlogged(&self) -> bool {
+        self.wbuf.len() - self.wsent > WRITE_HIGH_WATER
+    }
 }
 
 /// Per-call limits from the settings.
@@ -109,8 +127,8 @@ impl Conn {
     }
 
     /// Reads what the socket has, serves up to `-R` requests, and writes the replies.
-    pub fn drive(&mut self, exec: &Executor<'_>, limits: &Limits) -> Drive {
-        if self.flush(exec).is_err() {
+    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits) -> Drive {
+        if self.flush(ops).is_err() {
             return Drive::Close;
         }
         if self.close_after_write {
@@ -126,7 +144,7 @@ impl Conn {
         }
         let mut buffer_full = false;
         if !self.peer_closed {
-            match self.fill(exec) {
+            match self.fill(ops) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,
             }
@@ -134,10 +152,10 @@ impl Conn {
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
         let started = (self.rstart < self.rend).then(Instant::now);
-        let served = self.serve(exec, limits);
-        let flushed = served.is_some() && self.flush(exec).is_ok();
+        let served = self.serve(ops, limits);
+        let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
-            exec.worker.finish_batch(started);
+            ops.worker.finish_batch(started);
         }
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
@@ -158,7 +176,7 @@ impl Conn {
     }
 
     /// Reads until the socket is drained or the buffer is full; true when it stopped full.
-    fn fill(&mut self, exec: &Executor<'_>) -> io::Result<bool> {
+    fn fill(&mut self, ops: &Ops<'_>) -> io::Result<bool> {
         loop {
             self.make_room();
             if self.rend == self.rbuf.len() {
@@ -172,7 +190,7 @@ impl Conn {
                 Ok(n) => {
                     let room = self.rbuf.len() - self.rend;
                     self.rend += n;
-                    exec.worker.metrics.read_bytes(n as u64);
+                    ops.worker.metrics.read_bytes(n as u64);
                     if n < room && !self.hangup {
                         // A short read took all the socket had; anything arriving later raises
                         // a new edge. This saves the read that would only say WouldBlock. After
@@ -223,89 +241,11 @@ impl Conn {
         self.rend = pending;
     }
 
-    /// Serves buffered requests. `Some(true)` when it stopped at the `-R` cap with requests
-    /// left, `None` when the connection must close at once.
-    fn serve(&mut self, exec: &Executor<'_>, limits: &Limits) -> Option<bool> {
-        if self.protocol != Protocol::Ascii {
-            if self.protocol == Protocol::Unknown {
-                match self.rbuf[self.rstart..self.rend].first() {
-                    None => return Some(false),
-                    Some(&tern_proto::binary::REQUEST_MAGIC) => self.protocol = Protocol::Binary,
-                    Some(_) => self.protocol = Protocol::Ascii,
-                }
-            }
-            if self.protocol == Protocol::Binary {
-                return self.serve_binary(exec, limits);
-            }
-        }
-        let mut served = 0;
-        loop {
-            if self.swallow > 0 {
-                let skip = self.swallow.min(self.rend - self.rstart);
-                self.rstart += skip;
-                self.swallow -= skip;
-                if self.swallow > 0 {
-                    return Some(false);
-                }
-            }
-            if self.rstart == self.rend || self.unsent() > WRITE_HIGH_WATER {
-                return Some(false);
-            }
-            if served == limits.max_reqs_per_event {
-                exec.worker.metrics.conn_yield();
-                return Some(true);
-            }
-            let buf = &self.rbuf[self.rstart..self.rend];
-            let (consumed, parsed) = match ascii::parse(buf, limits.max_line) {
-                Frame::Incomplete => {
-                    self.need = buf.len() + 1;
-                    self.need_exact = false;
-                    return Some(false);
-                }
-                Frame::LineTooLong => {
-                    exec.record_refused();
-                    return None;
-                }
-                Frame::Line { consumed, parsed } => (consumed, parsed),
-            };
-            self.need = 0;
-            self.need_exact = false;
-            served += 1;
-            let after = &buf[consumed..];
-            let step = match parsed {
-                Err(rejection) => {
-                    exec.reject(rejection, &mut self.wbuf);
-                    Step::Done(0)
-                }
-                Ok(cmd @ Command::Store { .. }) => exec.store_command(cmd, after, &mut self.wbuf),
-                Ok(Command::Meta { line }) => meta::run(exec, line, after, &mut self.wbuf),
-                Ok(cmd) => match exec.execute(cmd, &mut self.wbuf) {
-                    After::Continue => Step::Done(0),
-                    After::CloseAfterWrite => {
-                        self.rstart += consumed;
-                        self.close_after_write = true;
-                        return Some(false);
-                    }
-                    After::CloseNow => return None,
-                },
-            };
-            match step {
-                Step::Done(data) => self.rstart += consumed + data,
-                Step::Need(data) => {
-                    self.need = consumed + data;
-                    self.need_exact = true;
-                    return Some(false);
-                }
-                Step::Swallow(data) => {
-                    self.rstart += consumed;
-                    self.swallow = data;
-                }
-            }
-        }
-    }
-
-    /// Serves binary frames (`binary::serve`) with the same buffers, budget and skipping.
-    fn serve_binary(&mut self, exec: &Executor<'_>, limits: &Limits) -> Option<bool> {
+    /// Serves buffered requests with the connection's protocol: skips what is left of a
+    /// refused request first, then runs one serve loop over the buffer. `Some(true)` when it
+    /// stopped at the `-R` cap with requests left, `None` when the connection must close at
+    /// once.
+    fn serve(&mut self, ops: &Ops<'_>, limits: &Limits) -> Option<bool> {
         if self.swallow > 0 {
             let skip = self.swallow.min(self.rend - self.rstart);
             self.rstart += skip;
@@ -314,13 +254,27 @@ impl Conn {
                 return Some(false);
             }
         }
-        let buf = &self.rbuf[self.rstart..self.rend];
-        let progress = binary::serve(exec, buf, limits.max_reqs_per_event, &mut self.wbuf);
+        let input = &self.rbuf[self.rstart..self.rend];
+        if self.protocol == Protocol::Unknown {
+            self.protocol = match input.first() {
+                None => return Some(false),
+                Some(&tern_proto::binary::REQUEST_MAGIC) => Protocol::Binary,
+                Some(_) => Protocol::Text,
+            };
+        }
+        let mut out = ConnReplies {
+            wbuf: &mut self.wbuf,
+            wsent: self.wsent,
+        };
+        let budget = limits.max_reqs_per_event;
+        let progress = match self.protocol {
+            Protocol::Binary => binary::serve(ops, input, budget, &mut out),
+            _ => text::serve(ops, input, budget, limits.max_line, &mut out),
+        };
         self.rstart += progress.consumed;
         self.swallow = progress.swallow;
-        // A frame's length is in its header: grow to it exactly.
         self.need = progress.need;
-        self.need_exact = true;
+        self.need_exact = progress.need_exact;
         match progress.after {
             After::Continue => Some(progress.yielded),
             After::CloseAfterWrite => {
@@ -332,13 +286,13 @@ impl Conn {
     }
 
     /// Writes queued replies until done or the socket is full.
-    pub fn flush(&mut self, exec: &Executor<'_>) -> io::Result<()> {
+    pub fn flush(&mut self, ops: &Ops<'_>) -> io::Result<()> {
         while self.wsent < self.wbuf.len() {
             match self.stream.write(&self.wbuf[self.wsent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wsent += n;
-                    exec.worker.metrics.written_bytes(n as u64);
+                    ops.worker.metrics.written_bytes(n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -363,7 +317,7 @@ mod tests {
 
     use super::*;
     use crate::config::Settings;
-    use crate::exec::Shared;
+    use crate::shared::Shared;
 
     fn shared() -> Shared {
         let clock = Arc::new(Clock::manual(1_700_000_000));
@@ -379,9 +333,9 @@ mod tests {
     }
 
     /// Drives until the connection has nothing left to do with what it was sent.
-    fn drive_all(conn: &mut Conn, exec: &Executor<'_>, limits: &Limits) -> Drive {
+    fn drive_all(conn: &mut Conn, ops: &Ops<'_>, limits: &Limits) -> Drive {
         loop {
-            match conn.drive(exec, limits) {
+            match conn.drive(ops, limits) {
                 Drive::Open { again: true } => continue,
                 other => return other,
             }
@@ -396,7 +350,7 @@ mod tests {
     #[test]
     fn a_large_value_grows_the_read_buffer_once_to_its_exact_size() {
         let shared = shared();
-        let exec = Executor::new(&shared, 0);
+        let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
         let size = 1 << 20;
         let header = format!("set big 0 0 {size}\r\n");
@@ -408,7 +362,7 @@ mod tests {
         for chunk in request.chunks(10_000) {
             client.write_all(chunk).unwrap();
             assert_eq!(
-                drive_all(&mut conn, &exec, &LIMITS),
+                drive_all(&mut conn, &ops, &LIMITS),
                 Drive::Open { again: false }
             );
             if sizes.last() != Some(&conn.rbuf.len()) {
@@ -421,28 +375,28 @@ mod tests {
         client.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b"STORED\r\n");
         client.write_all(b"get nothing\r\n").unwrap();
-        drive_all(&mut conn, &exec, &LIMITS);
+        drive_all(&mut conn, &ops, &LIMITS);
         assert_eq!(conn.rbuf.len(), READ_BUFFER, "the big buffer is given back");
     }
 
     #[test]
     fn a_skipped_value_does_not_grow_the_read_buffer() {
         let shared = shared();
-        let exec = Executor::new(&shared, 0);
+        let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
         let size = (1 << 20) + 1;
         client
             .write_all(format!("set big 0 0 {size}\r\n").as_bytes())
             .unwrap();
-        conn.drive(&exec, &LIMITS);
+        conn.drive(&ops, &LIMITS);
         let data = vec![b'v'; size];
         for chunk in data.chunks(50_000) {
             client.write_all(chunk).unwrap();
-            drive_all(&mut conn, &exec, &LIMITS);
+            drive_all(&mut conn, &ops, &LIMITS);
             assert_eq!(conn.rbuf.len(), READ_BUFFER);
         }
         client.write_all(b"\r\nget big\r\n").unwrap();
-        drive_all(&mut conn, &exec, &LIMITS);
+        drive_all(&mut conn, &ops, &LIMITS);
         let want = b"SERVER_ERROR object too large for cache\r\nEND\r\n";
         let mut reply = vec![0u8; want.len()];
         client.read_exact(&mut reply).unwrap();
@@ -453,17 +407,17 @@ mod tests {
     fn the_request_budget_yields_and_resumes() {
         // (conn_yields itself is checked end to end, through `stats`.)
         let shared = shared();
-        let exec = Executor::new(&shared, 0);
+        let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
         let limits = Limits {
             max_reqs_per_event: 3,
             ..LIMITS
         };
         client.write_all(&b"version\r\n".repeat(7)).unwrap();
-        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&exec, &limits), Drive::Open { again: false });
-        let one = crate::exec::VERSION_REPLY.len();
+        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
+        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
+        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: false });
+        let one = crate::ops::VERSION_REPLY.len();
         let mut replies = vec![0u8; 7 * one];
         client.read_exact(&mut replies).unwrap();
     }

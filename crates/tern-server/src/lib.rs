@@ -1,27 +1,32 @@
-//! tern's server: `tern serve`. Module map:
-//! - [`config`]: every option (memcached's flags, the TOML file) merged into [`Settings`];
-//! - [`net`]: listening sockets and client streams;
-//! - [`worker`]: one mio event loop per thread, accepting and driving connections;
-//! - [`conn`]: a connection's buffers, pipelining, `-R` and backpressure;
-//! - [`exec`]: the command executor (store calls, recording, replies) and the shared state;
-//! - `binary`, `meta`: the binary protocol (a connection whose first byte is 0x80) and the meta
-//!   commands in the text stream, run against the same store and recording;
-//! - `udp`: memcached's UDP transport (`-U`), a socket per worker in the worker's poll;
-//! - [`admin`]: what each worker records (tern-admin's metrics, latency batch, hot-key
-//!   sampler), the snapshot `stats` and the admin endpoint read, `stats conns`' sockets.
-//! - [`placement`]: `--pin` and `--numa-node`: worker CPUs and the heap's node, by tern-tune's rules.
+//! tern's server: `tern serve`. Module map (docs/ARCHITECTURE.md follows a request through it):
+//! - `config`: every option (memcached's flags, the TOML file) merged into [`Settings`];
+//! - `net`: listening sockets and client streams; `udp`: memcached's UDP transport (`-U`);
+//! - `worker`: one mio event loop per thread, accepting and driving connections;
+//! - `conn`: a connection's buffers, skipping of refused data, the `-R` budget, backpressure;
+//! - `framing`: what the serve loops share (where replies go, how far they got);
+//! - `text`, `meta`, `binary`: the wire formats, translating requests to the operations layer
+//!   and encoding its answers;
+//! - `ops`: the operations layer, what a request means in every wire format (expiry, store
+//!   call, outcome, recording, memcached's policies, `stats` as data);
+//! - `shared`: server-wide state and what the server shows about itself (snapshots, the admin
+//!   endpoint's source); `recording`: each worker's counters; `conn_table`: `stats conns`' sockets;
+//! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`.
 
-pub mod admin;
 mod binary;
-pub mod config;
-pub mod conn;
-pub mod exec;
+mod config;
+mod conn;
+mod conn_table;
+mod framing;
 mod meta;
-pub mod net;
+mod net;
+mod ops;
 mod placement;
 mod process;
+mod recording;
+mod shared;
+mod text;
 mod udp;
-pub mod worker;
+mod worker;
 
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -31,11 +36,12 @@ use std::time::Duration;
 use anyhow::Context;
 pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
+pub use ops::VERSION_REPLY;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use tern_store::{Clock, Config, Store};
 
-use crate::exec::Shared;
 use crate::placement::Placement;
+use crate::shared::Shared;
 use crate::worker::{Worker, WAKER};
 
 /// How often the background thread asks the store to reclaim expired items.
@@ -139,7 +145,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Its thread starts after -d forked (a fork keeps only the calling thread).
     let _admin = match admin_listener {
         Some(listener) => {
-            let source = Arc::new(admin::ServerAdmin(shared.clone()));
+            let source = Arc::new(shared::ServerAdmin(shared.clone()));
             let server = tern_admin::AdminServer::from_listener(listener, source)?;
             tracing::info!("admin endpoint on http://{}", server.local_addr());
             Some(server)
@@ -205,7 +211,7 @@ fn tick_clock(shared: &Shared, clock: &Clock) {
 
 /// Quiet by default (warnings and errors); -v info, -vv debug, -vvv trace. Returns the setter
 /// the `verbosity` command uses to change the level while running.
-fn init_logging(verbose: u8) -> Option<exec::LogLevelSetter> {
+fn init_logging(verbose: u8) -> Option<shared::LogLevelSetter> {
     use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::prelude::*;
     let level = |verbose: u32| match verbose {
@@ -223,6 +229,6 @@ fn init_logging(verbose: u8) -> Option<exec::LogLevelSetter> {
     installed.then(|| {
         Box::new(move |verbose: u32| {
             let _ = handle.modify(|filter| *filter = level(verbose));
-        }) as exec::LogLevelSetter
+        }) as shared::LogLevelSetter
     })
 }

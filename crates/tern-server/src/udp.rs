@@ -8,8 +8,10 @@
 //! that says it spans several datagrams is dropped, as memcached drops it; so is a request cut
 //! off by the end of its datagram (a line without its newline, a storage command without all
 //! of its data, part of a binary frame), which counts as a refused request
-//! ([`Executor::record_refused`]). Binary requests (first payload byte 0x80) get one message
-//! per frame.
+//! ([`Ops::refused`]). Binary requests (first payload byte 0x80) get one message per frame.
+//! The payload runs through the same serve loops as a connection's input (`text.rs`,
+//! `binary.rs`), with [`Replies`] hooks that send each response (and each key of a multi-get)
+//! as its own message.
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,11 +20,11 @@ use std::time::Instant;
 use anyhow::Context;
 use mio::net::UdpSocket;
 use socket2::{Domain, Socket, Type};
-use tern_proto::ascii::{self, Command, Frame, Keys};
 use tern_proto::binary as bin;
 
-use crate::exec::{After, Executor, Step};
-use crate::{binary, meta};
+use crate::framing::Replies;
+use crate::ops::Ops;
+use crate::{binary, text};
 
 /// The frame header memcached puts before every UDP payload.
 pub const HEADER: usize = 8;
@@ -78,7 +80,7 @@ impl UdpServer {
     ///
     /// The turn is timed as a TCP wake-up is: its requests form one latency batch, from the
     /// clock read after the first receive to the one after the last send.
-    pub fn serve(&mut self, exec: &Executor<'_>, max_line: usize) -> bool {
+    pub fn serve(&mut self, ops: &Ops<'_>, max_line: usize) -> bool {
         let mut started = None;
         let mut more = true;
         for _ in 0..DATAGRAMS_PER_TURN {
@@ -94,7 +96,7 @@ impl UdpServer {
                 }
             };
             started.get_or_insert_with(Instant::now);
-            exec.worker.metrics.read_bytes(len as u64);
+            ops.worker.metrics.read_bytes(len as u64);
             let request = &self.request[..len];
             // memcached ignores datagrams with no payload and requests of several datagrams.
             if len <= HEADER || request[4..6] != [0, 1] {
@@ -107,12 +109,12 @@ impl UdpServer {
                 id,
                 reply: &mut self.reply,
                 datagram: &mut self.datagram,
-                exec,
+                ops,
             };
-            serve_payload(exec, &request[HEADER..], max_line, &mut out);
+            serve_payload(ops, &request[HEADER..], max_line, &mut out);
         }
         if let Some(started) = started {
-            exec.worker.finish_batch(started);
+            ops.worker.finish_batch(started);
         }
         more
     }
@@ -126,7 +128,7 @@ struct Responder<'a> {
     /// The response being built; [`Responder::send`] frames and sends it.
     reply: &'a mut Vec<u8>,
     datagram: &'a mut Vec<u8>,
-    exec: &'a Executor<'a>,
+    ops: &'a Ops<'a>,
 }
 
 impl Responder<'_> {
@@ -148,7 +150,7 @@ impl Responder<'_> {
             self.datagram.extend_from_slice(&[0, 0]);
             self.datagram.extend_from_slice(part);
             match self.socket.send_to(self.datagram, self.peer) {
-                Ok(n) => self.exec.worker.metrics.written_bytes(n as u64),
+                Ok(n) => self.ops.worker.metrics.written_bytes(n as u64),
                 // UDP promises nothing: a full socket buffer drops the rest of this reply,
                 // which the client sees as a missing datagram, as with any loss.
                 Err(e) => {
@@ -161,87 +163,33 @@ impl Responder<'_> {
     }
 }
 
-/// Runs the requests of one datagram's payload, one response message each.
-fn serve_payload(exec: &Executor<'_>, mut payload: &[u8], max_line: usize, out: &mut Responder) {
-    if payload.first() == Some(&bin::REQUEST_MAGIC) {
-        // One message per frame, as memcached answers; the frame's length is in its header,
-        // and a frame cut off by the end of the datagram is dropped.
-        while !payload.is_empty() {
-            let frame = payload.get(..bin::HEADER_LEN).and_then(|header| {
-                let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-                payload.get(..bin::HEADER_LEN + body as usize)
-            });
-            let Some(frame) = frame else {
-                exec.record_refused();
-                return;
-            };
-            let progress = binary::serve(exec, frame, usize::MAX, out.reply);
-            out.send();
-            if progress.after != After::Continue {
-                return;
-            }
-            payload = &payload[frame.len()..];
-        }
-        return;
+/// memcached answers each response as its own message, and each key of a multi-get too (`END`
+/// goes with the last one).
+impl Replies for Responder<'_> {
+    fn buf(&mut self) -> &mut Vec<u8> {
+        self.reply
     }
-    while !payload.is_empty() {
-        let (consumed, parsed) = match ascii::parse(payload, max_line) {
-            Frame::Line { consumed, parsed } => (consumed, parsed),
-            // The rest of the request is not in this datagram: drop it.
-            Frame::Incomplete | Frame::LineTooLong => {
-                exec.record_refused();
-                return;
-            }
-        };
-        let after = &payload[consumed..];
-        let step = match parsed {
-            Err(rejection) => {
-                exec.reject(rejection, out.reply);
-                Step::Done(0)
-            }
-            Ok(cmd @ Command::Store { .. }) => exec.store_command(cmd, after, out.reply),
-            Ok(Command::Meta { line }) => meta::run(exec, line, after, out.reply),
-            Ok(Command::Get {
-                keys,
-                with_cas,
-                touch,
-            }) if !keys.is_empty() => {
-                // memcached answers each key of a multi-get as its own message; `END` goes
-                // with the last one.
-                let mut keys = keys.peekable();
-                while let Some(key) = keys.next() {
-                    let single = Command::Get {
-                        keys: Keys::new(key),
-                        with_cas,
-                        touch,
-                    };
-                    exec.execute(single, out.reply);
-                    if key.len() > ascii::KEY_MAX_LENGTH {
-                        break;
-                    }
-                    if keys.peek().is_some() && out.reply.ends_with(ascii::END) {
-                        out.reply.truncate(out.reply.len() - ascii::END.len());
-                    }
-                    out.send();
-                }
-                Step::Done(0)
-            }
-            // quit and shutdown have no connection to close here.
-            Ok(cmd) => {
-                exec.execute(cmd, out.reply);
-                Step::Done(0)
-            }
-        };
-        let used = match step {
-            Step::Done(data) | Step::Swallow(data) => consumed + data,
-            // The data block is not in this datagram: drop the request.
-            Step::Need(_) => {
-                exec.record_refused();
-                return;
-            }
-        };
-        out.send();
-        payload = payload.get(used..).unwrap_or(&[]);
+
+    fn between_keys(&mut self) {
+        self.send();
+    }
+
+    fn request_done(&mut self) {
+        self.send();
+    }
+}
+
+/// Runs the requests of one datagram's payload through the same serve loops as a connection,
+/// one response message each. A request cut off by the end of the datagram is dropped, and
+/// `quit` or `shutdown` ends the datagram (there is no connection to close).
+fn serve_payload(ops: &Ops<'_>, payload: &[u8], max_line: usize, out: &mut Responder) {
+    let progress = if payload.first() == Some(&bin::REQUEST_MAGIC) {
+        binary::serve(ops, payload, usize::MAX, out)
+    } else {
+        text::serve(ops, payload, usize::MAX, max_line, out)
+    };
+    if progress.need > 0 {
+        ops.refused();
     }
 }
 
@@ -253,13 +201,13 @@ mod tests {
 
     use super::*;
     use crate::config::Settings;
-    use crate::exec::Shared;
+    use crate::shared::Shared;
 
     #[test]
     fn a_turn_serves_a_bounded_number_of_datagrams() {
         let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
         let shared = Shared::new(Settings::default(), store);
-        let exec = Executor::new(&shared, 0);
+        let ops = Ops::new(&shared, 0);
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         socket.set_nonblocking(true).unwrap();
         let addr = socket.local_addr().unwrap();
@@ -271,8 +219,8 @@ mod tests {
             datagram.extend_from_slice(b"get k\r\n");
             client.send_to(&datagram, addr).unwrap();
         }
-        assert!(server.serve(&exec, 2048), "stops at the budget");
-        assert!(!server.serve(&exec, 2048), "then drains the rest");
+        assert!(server.serve(&ops, 2048), "stops at the budget");
+        assert!(!server.serve(&ops, 2048), "then drains the rest");
         client.set_nonblocking(true).unwrap();
         let mut replies = 0;
         let mut buf = [0u8; 64];
@@ -283,8 +231,8 @@ mod tests {
         assert_eq!(replies, waiting);
         // Each turn timed its own requests: none wait in the batch for a TCP connection.
         let get = tern_admin::Command::Get as usize;
-        let timed = exec.worker.metrics.snapshot().latency[get].count();
+        let timed = ops.worker.metrics.snapshot().latency[get].count();
         assert_eq!(timed, waiting as u64);
-        assert!(exec.worker.batch.is_empty());
+        assert!(ops.worker.batch.is_empty());
     }
 }

@@ -1,5 +1,6 @@
 //! A worker thread: one mio event loop (epoll, edge-triggered) owning its listeners and its
-//! connections. No lock is taken here; the store does its own sharded locking.
+//! connections. Serving a request takes no lock here (the store does its own sharded locking);
+//! the worker's `stats conns` table is locked only on accept and close.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -9,10 +10,11 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
-use crate::admin::ConnEntry;
 use crate::conn::{Conn, Drive, Limits};
-use crate::exec::{Executor, Shared};
+use crate::conn_table::ConnEntry;
 use crate::net::Listener;
+use crate::ops::Ops;
+use crate::shared::Shared;
 use crate::udp::UdpServer;
 
 /// Woken by the main thread to stop.
@@ -161,8 +163,8 @@ impl Worker {
     }
 
     fn serve_udp(&mut self, idx: usize) {
-        let exec = Executor::new(&self.shared, self.id);
-        let more = self.udp[idx].serve(&exec, self.limits.max_line);
+        let ops = Ops::new(&self.shared, self.id);
+        let more = self.udp[idx].serve(&ops, self.limits.max_line);
         if more && !self.udp_again.contains(&idx) {
             self.udp_again.push(idx);
         }
@@ -227,15 +229,15 @@ impl Worker {
     }
 
     fn drive(&mut self, idx: usize) {
-        let exec = Executor::new(&self.shared, self.id);
+        let ops = Ops::new(&self.shared, self.id);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
         // Once per wake-up, not per request: for `stats conns`.
         let (fd, last_cmd) = &self.activity[idx];
-        exec.worker.serving_fd.store(*fd, Ordering::Relaxed);
+        ops.worker.serving_fd.store(*fd, Ordering::Relaxed);
         last_cmd.store(self.shared.store.clock().now(), Ordering::Relaxed);
-        match conn.drive(&exec, &self.limits) {
+        match conn.drive(&ops, &self.limits) {
             Drive::Close => self.close(idx),
             Drive::Open { again } => {
                 if again && !conn.queued {
@@ -286,12 +288,12 @@ impl Worker {
             let _ = self.poll.registry().deregister(listener.source());
         }
         self.conn_table().retain(|e| e.listen_addr.is_some());
-        let exec = Executor::new(&self.shared, self.id);
+        let ops = Ops::new(&self.shared, self.id);
         let mut done = Vec::new();
         for (idx, slot) in self.conns.iter_mut().enumerate() {
             if let Some(conn) = slot {
                 conn.finish();
-                if conn.flush(&exec).is_err() || !conn.has_unsent() {
+                if conn.flush(&ops).is_err() || !conn.has_unsent() {
                     done.push(idx);
                 }
             }

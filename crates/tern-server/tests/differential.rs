@@ -204,7 +204,7 @@ fn run(seed: u64, commands: usize) {
     };
     let mut ours = Peer {
         conn: tern.connect(),
-        barrier: tern_server::exec::VERSION_REPLY.as_bytes(),
+        barrier: tern_server::VERSION_REPLY.as_bytes(),
         cas: Default::default(),
     };
     let mut rng = Rng(seed);

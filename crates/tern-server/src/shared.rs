@@ -1,132 +1,132 @@
-//! What the server shows about itself, built on `tern_admin`: each worker's recording state,
-//! the snapshot every `stats` subcommand and the admin endpoint read (workers merged, the
-//! store's numbers mapped onto tern-admin's), `stats reset`'s baseline, the sockets `stats
-//! conns` lists, and the [`AdminSource`] behind `--admin-port`.
+//! Server-wide state every worker shares: the settings, the store, each worker's recording
+//! state and socket table, the connection count, `stats reset`'s baseline; and what the server
+//! shows about itself from them: the snapshot behind every `stats` group and the admin
+//! endpoint ([`ServerAdmin`]).
 
-use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
-use tern_admin::stats_text::{ConnAddr, ConnInfo, ConnState};
+use tern_admin::stats_text::{ConnInfo, ConnState};
 use tern_admin::{
-    AdminSource, HotKeySampler, HotKeys, HotKeysReport, LatencyBatch, SegmentStats, Snapshot,
-    StoreStats, WorkerMetrics,
+    AdminSource, HotKeyConfig, HotKeys, HotKeysReport, SegmentStats, Snapshot, StoreStats,
 };
-use tern_store::Store;
+use tern_store::{Store, UnixSecs};
 
-use crate::exec::Shared;
-use crate::net::{Listener, Stream};
+use crate::config::Settings;
+use crate::conn_table::ConnTables;
+use crate::recording::WorkerState;
 
-/// Everything one worker records per request, written by that worker's thread alone (relaxed
-/// load + store, no `lock` prefix) and read by whoever serves `stats` or a scrape. Aligned so
-/// that no two workers share a cache line.
-#[repr(align(128))]
-pub struct WorkerState {
-    pub metrics: WorkerMetrics,
-    /// Requests served since the last write, timed together once it is done.
-    pub batch: LatencyBatch,
-    pub hot_keys: HotKeySampler,
-    /// The socket of the connection being served, so `stats conns` can mark its asker.
-    pub serving_fd: AtomicI32,
+/// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
+pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
+
+/// State shared by every worker: settings, the store, what every worker records.
+pub struct Shared {
+    pub settings: Settings,
+    pub store: Store,
+    /// One per worker, indexed by worker number; only that worker writes its state.
+    pub workers: Box<[WorkerState]>,
+    /// The hot-key sketches the workers' samplers feed.
+    pub hot_keys: HotKeys,
+    /// Each worker's sockets, for `stats conns`.
+    pub conn_tables: ConnTables,
+    /// Open client connections over all workers; checked against `-c` on accept.
+    pub curr_connections: AtomicUsize,
+    pub started: UnixSecs,
+    /// Everything as it stood at the last `stats reset`.
+    pub stats_baseline: Mutex<Option<Snapshot>>,
+    /// Set by the `verbosity` command; shown in `stats settings`.
+    pub verbosity: AtomicU32,
+    /// Applies a new `verbosity` to the log filter (absent when logging is set up elsewhere).
+    pub set_log_level: Option<LogLevelSetter>,
+    /// Set once: stop accepting, finish in-flight replies, exit.
+    pub shutdown: AtomicBool,
+    /// Each worker's CPU under `--pin` (`0,1`), or `unpinned`; for `stats settings`.
+    pub worker_cpus: String,
 }
 
-impl WorkerState {
-    pub fn new(hot_keys: &HotKeys) -> WorkerState {
-        WorkerState {
-            metrics: WorkerMetrics::new(),
-            batch: LatencyBatch::new(),
-            hot_keys: hot_keys.sampler(),
-            serving_fd: AtomicI32::new(-1),
+impl Shared {
+    pub fn new(settings: Settings, store: Store) -> Shared {
+        let started = store.clock().now();
+        let hot_keys = HotKeys::new(HotKeyConfig {
+            sample_every: settings.hotkey_sample_rate,
+            window: std::time::Duration::from_secs(settings.hotkey_window_secs),
+            ..HotKeyConfig::default()
+        });
+        Shared {
+            workers: (0..settings.threads)
+                .map(|_| WorkerState::new(&hot_keys))
+                .collect(),
+            hot_keys,
+            conn_tables: (0..settings.threads).map(|_| Mutex::default()).collect(),
+            verbosity: AtomicU32::new(u32::from(settings.verbose)),
+            set_log_level: None,
+            worker_cpus: "unpinned".into(),
+            settings,
+            store,
+            curr_connections: AtomicUsize::new(0),
+            started,
+            stats_baseline: Mutex::new(None),
+            shutdown: AtomicBool::new(false),
         }
     }
+}
 
-    /// Gives every request noted since the last batch the time since `started` (the clock read
-    /// after the receive that brought them in), now that their replies are sent.
-    #[inline]
-    pub fn finish_batch(&self, started: Instant) {
-        if !self.batch.is_empty() {
-            self.batch
-                .finish(&self.metrics, started.elapsed().as_nanos() as u64);
-        }
+impl Shared {
+    /// `stats settings` (memcached's names and formats) and the admin endpoint's `/settings`.
+    pub fn settings_stats(&self) -> Vec<(String, String)> {
+        let s = &self.settings;
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        let on_off = |b: bool| if b { "on" } else { "off" };
+        let listen = if s.listen.is_empty() {
+            "NULL".to_string()
+        } else {
+            s.listen.join(",")
+        };
+        let socket = s
+            .unix_socket
+            .as_ref()
+            .map_or("NULL".to_string(), |p| p.display().to_string());
+        let verbosity = self.verbosity.load(Ordering::Relaxed);
+        let admin_port = s.admin_port.map_or("off".to_string(), |p| p.to_string());
+        let numa_node = s.numa_node.map_or("off".to_string(), |n| n.to_string());
+        let eviction = format!("{:?}", s.effective_eviction()).to_lowercase();
+        let lines: [(&str, &dyn std::fmt::Display); 25] = [
+            ("maxbytes", &(s.memory_limit_mb << 20)),
+            ("maxconns", &s.conn_limit),
+            ("tcpport", &s.port),
+            ("udpport", &s.udp_port),
+            ("inter", &listen),
+            ("verbosity", &verbosity),
+            ("evictions", &on_off(!s.disable_evictions)),
+            ("domain_socket", &socket),
+            ("umask", &format_args!("{:o}", s.unix_mask)),
+            ("num_threads", &s.threads),
+            ("reqs_per_event", &s.max_reqs_per_event),
+            ("cas_enabled", &yes_no(!s.disable_cas)),
+            ("tcp_backlog", &s.listen_backlog),
+            // Text or binary, chosen per connection by its first byte, as memcached -B auto.
+            ("binding_protocol", &"auto-negotiate"),
+            ("item_size_max", &s.max_item_size),
+            ("flush_enabled", &yes_no(!s.disable_flush_all)),
+            ("shutdown_command", &yes_no(s.enable_shutdown)),
+            ("lock_memory", &yes_no(s.lock_memory)),
+            ("large_memory_pages", &yes_no(s.enable_largepages)),
+            ("admin_port", &admin_port),
+            ("hotkey_sample_rate", &s.hotkey_sample_rate),
+            ("hotkey_window", &s.hotkey_window_secs),
+            ("eviction", &eviction),
+            ("worker_cpus", &self.worker_cpus),
+            ("numa_node", &numa_node),
+        ];
+        lines
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect()
     }
 }
-
-/// A socket as `stats conns` lists it. A worker adds its listeners at start and each
-/// connection on accept and removes it on close: the table's lock is taken then and by `stats
-/// conns`, never per request.
-pub struct ConnEntry {
-    pub fd: i32,
-    pub addr: ConnAddr,
-    /// The listener a client came in on; `None` for a listener.
-    pub listen_addr: Option<ConnAddr>,
-    /// Server clock (unix seconds) when the socket last brought commands in; written by its
-    /// worker once per wake-up that served it.
-    pub last_cmd: Arc<AtomicU32>,
-}
-
-/// Each worker's sockets, one lock per worker.
-pub type ConnTables = Box<[Mutex<Vec<ConnEntry>>]>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn tcp_or_unix(addr: Option<SocketAddr>, unix: Option<String>) -> ConnAddr {
-    match (addr, unix) {
-        (Some(a), _) => ConnAddr::Tcp(a),
-        (None, path) => ConnAddr::Unix(path.unwrap_or_default()),
-    }
-}
-
-impl ConnEntry {
-    pub fn listener(listener: &Listener, started: u32) -> Option<ConnEntry> {
-        let (fd, addr) = match listener {
-            Listener::Tcp(l) => (l.as_raw_fd(), ConnAddr::Tcp(l.local_addr().ok()?)),
-            Listener::Unix(l) => (
-                l.as_raw_fd(),
-                ConnAddr::Unix(unix_path(l.local_addr().ok()?)),
-            ),
-        };
-        Some(ConnEntry {
-            fd,
-            addr,
-            listen_addr: None,
-            last_cmd: Arc::new(AtomicU32::new(started)),
-        })
-    }
-
-    pub fn client(stream: &Stream, now: u32) -> ConnEntry {
-        let (fd, addr, listen_addr) = match stream {
-            Stream::Tcp(s) => (
-                s.as_raw_fd(),
-                tcp_or_unix(s.peer_addr().ok(), None),
-                Some(tcp_or_unix(s.local_addr().ok(), None)),
-            ),
-            Stream::Unix(s) => {
-                let local = s.local_addr().ok().map(unix_path);
-                (
-                    s.as_raw_fd(),
-                    // memcached prints a unix client's address as the socket's path too.
-                    tcp_or_unix(None, local.clone()),
-                    Some(tcp_or_unix(None, local)),
-                )
-            }
-        };
-        ConnEntry {
-            fd,
-            addr,
-            listen_addr,
-            last_cmd: Arc::new(AtomicU32::new(now)),
-        }
-    }
-}
-
-fn unix_path(addr: std::os::unix::net::SocketAddr) -> String {
-    addr.as_pathname()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
 }
 
 /// Seconds of CPU time (user, system) of this process.

@@ -1,0 +1,425 @@
+//! The operations layer: what a request means, once for every wire format. The text, meta and
+//! binary modules only translate between their framing and these calls; each call turns a
+//! client's exptime into an [`Expiry`], makes the store call, maps the store's answer to an
+//! outcome and records it in the worker's own counters (latency batch and hot-key sampler
+//! included), and applies the policies memcached defines whatever the framing: the too-large
+//! rule, incr-or-create, `-F`, and `stats` as data.
+//!
+//! No I/O and no allocation on the get/set path: a get hands the item to the caller's encoder
+//! under the shard lock.
+
+use std::sync::atomic::Ordering;
+
+use tern_admin::stats_text::{self, StatLines};
+use tern_admin::{Command as Cmd, Outcome};
+use tern_proto::ascii::ShutdownMode;
+use tern_store::{
+    Arith, ArithError, Counted, Expiry, ItemView, Marks, Miss, Refused, Store, StoreOp,
+    StoreOutcome, MAX_RELATIVE_EXPTIME,
+};
+
+use crate::recording::WorkerState;
+use crate::shared::Shared;
+
+/// The memcached protocol level tern speaks, then tern's own version: clients that gate features
+/// on the server's version see a 1.6 server.
+macro_rules! version {
+    () => {
+        concat!("1.6.18-tern-", env!("CARGO_PKG_VERSION"))
+    };
+}
+pub const VERSION: &str = version!();
+/// The text protocol's answer to `version`.
+pub const VERSION_REPLY: &str = concat!("VERSION ", version!(), "\r\n");
+
+/// Why an incr/decr changed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArithFailure {
+    NotFound,
+    /// The item's CAS is not the one the request expected.
+    Exists,
+    NonNumeric,
+    OutOfMemory,
+    /// The item was missing and could not be created (another client kept recreating it, or
+    /// the store refused it).
+    NotStored,
+}
+
+/// A `stats` request's answer.
+#[derive(Debug)]
+pub enum StatsReply {
+    Lines(StatLines),
+    /// `stats reset` ran.
+    Reset,
+}
+
+/// Why a `stats` request got no statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatsError {
+    /// No such group (memcached's `ERROR`).
+    Unknown,
+    /// The group exists but its argument is not valid.
+    BadArgument,
+}
+
+/// What `shutdown` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Not enabled (`-A` not given).
+    Disabled,
+    /// Enabled, but the mode is not one memcached knows.
+    BadMode,
+    /// The server is stopping: close this connection at once.
+    Stopping,
+}
+
+/// The operations one worker runs, recording into that worker's state.
+pub struct Ops<'a> {
+    pub shared: &'a Shared,
+    /// This worker's recording state (only this worker's thread writes it).
+    pub worker: &'a WorkerState,
+}
+
+impl<'a> Ops<'a> {
+    pub fn new(shared: &'a Shared, worker: usize) -> Ops<'a> {
+        Ops {
+            shared,
+            worker: &shared.workers[worker],
+        }
+    }
+
+    fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Records one request (one key of a retrieval): its outcome count, and a place in the
+    /// latency batch the connection times once its replies are written.
+    #[inline]
+    fn record(&self, cmd: Cmd, outcome: Outcome) {
+        self.worker.metrics.count(cmd, outcome);
+        self.worker.batch.add(cmd);
+    }
+
+    /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
+    #[inline]
+    fn record_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
+        self.record(cmd, outcome);
+        self.worker.hot_keys.record(key);
+    }
+
+    /// A request the parser refused, answered or not (a bad binary magic byte, an overlong
+    /// line and a UDP request cut off by its datagram get no reply): an invalid request with
+    /// the error outcome, in none of memcached's counters, as memcached 1.6.18 counts it.
+    pub fn refused(&self) {
+        self.record(Cmd::Invalid, Outcome::Error);
+    }
+
+    /// memcached's exptime: 0 never, negative already expired, up to 30 days relative, beyond
+    /// that an absolute unix time.
+    pub fn expiry(&self, exptime: i64) -> Expiry {
+        Expiry::from_exptime(exptime, self.store().clock().now())
+    }
+
+    /// The store clock's current second.
+    pub fn now(&self) -> u32 {
+        self.store().clock().now()
+    }
+
+    /// A retrieval (one key of get/gets/gat/gats, or a touch): looks `key` up, sets its expiry
+    /// when `touch` says so, and hands the item to `read` (under the shard lock).
+    #[inline]
+    pub fn get<R>(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Miss> {
+        let found = match touch {
+            None => self.store().get(key, read),
+            Some(expiry) => self.store().get_and_touch(key, expiry, read),
+        };
+        self.record_key(cmd, lookup_outcome(&found), key);
+        found
+    }
+
+    /// A read that may change the item's meta marks (meta's `mg`); `peek` leaves the fetched
+    /// mark and access time alone (`u`). With `vivify`, a miss creates an empty item with
+    /// that expiry and reads it (get-or-create); `read` is told whether this request created
+    /// it. Another client's item created in between is read like any hit.
+    pub fn get_marked<R>(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        touch: Option<Expiry>,
+        peek: bool,
+        vivify: Option<Expiry>,
+        mut read: impl FnMut(ItemView<'_>, &mut Marks, bool) -> R,
+    ) -> Result<R, Miss> {
+        let store = self.store();
+        let (mut tried, mut created) = (false, false);
+        loop {
+            let read = |item: ItemView<'_>, marks: &mut Marks| read(item, marks, created);
+            let found = if peek {
+                store.peek_marked(key, touch, read)
+            } else {
+                store.get_marked(key, touch, read)
+            };
+            match (found, vivify) {
+                (Err(_), Some(expiry)) if !tried => {
+                    tried = true;
+                    created = matches!(
+                        store.store(StoreOp::Add, key, 0, expiry, b""),
+                        StoreOutcome::Stored { .. }
+                    );
+                }
+                (found, _) => {
+                    self.record_key(cmd, lookup_outcome(&found), key);
+                    return found;
+                }
+            }
+        }
+    }
+
+    /// A storage command whose value has arrived.
+    pub fn store_item(
+        &self,
+        cmd: Cmd,
+        op: StoreOp,
+        key: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        value: &[u8],
+    ) -> StoreOutcome {
+        self.store_with(cmd, key, |store| store.store(op, key, flags, expiry, value))
+    }
+
+    /// A storage command that takes several store calls (meta's `ms` with `I` or `N`); the
+    /// last outcome is what the request recorded.
+    pub fn store_with(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        write: impl FnOnce(&Store) -> StoreOutcome,
+    ) -> StoreOutcome {
+        let outcome = write(self.store());
+        self.record_key(cmd, store_outcome(outcome), key);
+        outcome
+    }
+
+    /// A storage command whose data block did not end in `\r\n`.
+    pub fn bad_data_chunk(&self, cmd: Cmd, key: &[u8]) {
+        self.record_key(cmd, Outcome::Error, key);
+    }
+
+    /// A value larger than `-I`, refused before its data is read: memcached counts it in
+    /// `store_too_large` but not `cmd_set` (recorded as an invalid request with the too-large
+    /// outcome) and, for a set (text `set`, binary Set, any meta `ms`), removes the old value so
+    /// a failed overwrite never leaves a stale copy readable.
+    pub fn too_large(&self, cmd: Cmd, key: &[u8]) {
+        self.record(Cmd::Invalid, Outcome::TooLarge);
+        if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
+            self.store().delete(key);
+        }
+    }
+
+    /// delete, conditioned on `expected_cas` when given.
+    pub fn delete(&self, cmd: Cmd, key: &[u8], expected_cas: Option<u64>) -> Result<(), Refused> {
+        self.delete_with(cmd, key, |store| store.delete_checked(key, expected_cas))
+    }
+
+    /// A delete that takes other store calls (meta's `md` with `x` or `I`).
+    pub fn delete_with(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        delete: impl FnOnce(&Store) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        let done = delete(self.store());
+        let outcome = match done {
+            Ok(()) => Outcome::Hit,
+            Err(Refused::NotFound) => Outcome::Miss,
+            Err(Refused::Exists) => Outcome::Exists,
+        };
+        self.record_key(cmd, outcome, key);
+        done
+    }
+
+    /// incr/decr, conditioned on `expected_cas` when given. With `create`, a miss creates the
+    /// item holding that number with that expiry (binary's initial value, meta's `N`): the
+    /// bool says so. If another client created it first, the arithmetic applies to theirs.
+    /// `new_expiry` then sets the item's expiry (meta's `T`; a touch keeps the CAS).
+    #[allow(clippy::too_many_arguments)]
+    pub fn arithmetic(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        direction: Arith,
+        delta: u64,
+        expected_cas: Option<u64>,
+        create: Option<(u64, Expiry)>,
+        new_expiry: Option<Expiry>,
+    ) -> Result<(Counted, bool), ArithFailure> {
+        let store = self.store();
+        for _ in 0..2 {
+            let (outcome, failure) = match store.incr_decr(key, direction, delta, expected_cas) {
+                Ok(mut counted) => {
+                    self.record_key(cmd, Outcome::Hit, key);
+                    if let Some(expiry) = new_expiry {
+                        store.touch(key, expiry);
+                        counted.expiry = expiry;
+                    }
+                    return Ok((counted, false));
+                }
+                Err(ArithError::NotFound) => (Outcome::Miss, ArithFailure::NotFound),
+                Err(ArithError::Exists) => (Outcome::Exists, ArithFailure::Exists),
+                Err(ArithError::NonNumeric) => (Outcome::Error, ArithFailure::NonNumeric),
+                Err(ArithError::OutOfMemory) => (Outcome::NoMemory, ArithFailure::OutOfMemory),
+            };
+            self.record_key(cmd, outcome, key);
+            let Some((initial, expiry)) = create.filter(|_| failure == ArithFailure::NotFound)
+            else {
+                return Err(failure);
+            };
+            match store.store(StoreOp::Add, key, 0, expiry, initial.to_string().as_bytes()) {
+                StoreOutcome::Stored { cas } => {
+                    let counted = Counted {
+                        value: initial,
+                        cas,
+                        expiry,
+                    };
+                    return Ok((counted, true));
+                }
+                StoreOutcome::NotStored => continue,
+                StoreOutcome::OutOfMemory => return Err(ArithFailure::OutOfMemory),
+                _ => return Err(ArithFailure::NotStored),
+            }
+        }
+        Err(ArithFailure::NotStored)
+    }
+
+    /// `flush_all`: false when `-F` disabled it (memcached counts the refusal in cmd_flush).
+    pub fn flush_all(&self, delay: i64) -> bool {
+        if self.shared.settings.disable_flush_all {
+            self.record(Cmd::Flush, Outcome::Error);
+            return false;
+        }
+        self.record(Cmd::Flush, Outcome::Hit);
+        self.store().flush_all(self.flush_delay(delay));
+        true
+    }
+
+    /// memcached's flush delay: 0 or negative is now, up to 30 days relative, beyond that an
+    /// absolute unix time.
+    fn flush_delay(&self, delay: i64) -> u32 {
+        if delay <= 0 {
+            0
+        } else if delay > MAX_RELATIVE_EXPTIME {
+            let now = i64::from(self.now());
+            (delay - now).clamp(0, i64::from(u32::MAX)) as u32
+        } else {
+            delay as u32
+        }
+    }
+
+    /// A request that changes nothing in the store: `version`, `quit`, a no-op (`cmd` says
+    /// which kind: an administrative command, or meta's `mn`).
+    pub fn admin(&self, cmd: Cmd) {
+        self.record(cmd, Outcome::Hit);
+    }
+
+    /// `verbosity`: memcached caps the level at 2; level N logs as much as -v repeated N times.
+    pub fn verbosity(&self, level: u32) {
+        self.admin(Cmd::Admin);
+        let level = level.min(2);
+        self.shared.verbosity.store(level, Ordering::Relaxed);
+        if let Some(set) = &self.shared.set_log_level {
+            set(level);
+        }
+    }
+
+    /// `shutdown` (with `-A`): the signal thread runs the same graceful stop as SIGTERM.
+    pub fn shutdown(&self, mode: ShutdownMode) -> Shutdown {
+        self.admin(Cmd::Admin);
+        if !self.shared.settings.enable_shutdown {
+            return Shutdown::Disabled;
+        }
+        if mode == ShutdownMode::Invalid {
+            return Shutdown::BadMode;
+        }
+        tracing::info!("shutdown command received");
+        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
+        Shutdown::Stopping
+    }
+
+    /// The `stats` family as memcached 1.6 answers it, plus tern's `stats segments` and `stats
+    /// hotkeys [N]`: `words` are the group and its arguments (none for general statistics).
+    pub fn stats(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
+        let reply = self.stats_group(words);
+        self.record(
+            Cmd::Stats,
+            if reply.is_ok() {
+                Outcome::Hit
+            } else {
+                Outcome::Error
+            },
+        );
+        reply
+    }
+
+    fn stats_group(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
+        let shared = self.shared;
+        let lines = StatsReply::Lines;
+        Ok(match words {
+            [] => lines(stats_text::stats_general(&shared.stats_snapshot())),
+            [b"reset"] => {
+                shared.reset_stats();
+                StatsReply::Reset
+            }
+            [b"settings"] => lines(shared.settings_stats()),
+            [b"items"] => lines(stats_text::stats_items(&shared.stats_snapshot())),
+            [b"slabs"] => lines(stats_text::stats_slabs(&shared.stats_snapshot())),
+            [b"segments"] => lines(stats_text::stats_segments(
+                &shared.stats_snapshot().store.segments,
+            )),
+            [b"conns"] => {
+                let asker = self.worker.serving_fd.load(Ordering::Relaxed);
+                lines(stats_text::stats_conns(&shared.conns(asker)))
+            }
+            [b"hotkeys", count @ ..] => {
+                let count = match count {
+                    [] => stats_text::DEFAULT_HOT_KEYS,
+                    [n] => std::str::from_utf8(n)
+                        .ok()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or(StatsError::BadArgument)?,
+                    _ => return Err(StatsError::BadArgument),
+                };
+                lines(stats_text::stats_hotkeys(&shared.hot_keys.top(count)))
+            }
+            _ => return Err(StatsError::Unknown),
+        })
+    }
+}
+
+/// How a lookup ended, as memcached counts it (expired and flushed items are misses of their
+/// own kind).
+fn lookup_outcome<R>(found: &Result<R, Miss>) -> Outcome {
+    match found {
+        Ok(_) => Outcome::Hit,
+        Err(Miss::NotFound) => Outcome::Miss,
+        Err(Miss::Expired) => Outcome::Expired,
+        Err(Miss::Flushed) => Outcome::Flushed,
+    }
+}
+
+fn store_outcome(outcome: StoreOutcome) -> Outcome {
+    match outcome {
+        StoreOutcome::Stored { .. } => Outcome::Stored,
+        StoreOutcome::NotStored => Outcome::NotStored,
+        StoreOutcome::Exists => Outcome::Exists,
+        StoreOutcome::NotFound => Outcome::NotFound,
+        StoreOutcome::TooLarge => Outcome::TooLarge,
+        StoreOutcome::OutOfMemory => Outcome::NoMemory,
+    }
+}

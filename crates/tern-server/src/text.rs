@@ -1,0 +1,303 @@
+//! The text protocol's serve loop: classic commands (`tern_proto::ascii`) translated to the
+//! operations layer and their replies encoded, meta commands handed to `meta.rs`. Beside it,
+//! `binary.rs` does the same for binary frames; a connection or a UDP datagram drives either.
+
+use tern_admin::Command as Cmd;
+use tern_proto::ascii::{self, Command, Frame, Keys, StoreKind};
+use tern_proto::KEY_MAX_LENGTH;
+use tern_store::StoreOp;
+
+use crate::framing::{After, Progress, Replies, Step};
+use crate::meta;
+use crate::ops::{self, ArithFailure, Ops, Shutdown, StatsError, StatsReply};
+
+/// Runs the complete requests at the start of `input`, at most `budget` of them; stops early
+/// when `out` is backlogged.
+pub fn serve(
+    ops: &Ops<'_>,
+    input: &[u8],
+    budget: usize,
+    max_line: usize,
+    out: &mut impl Replies,
+) -> Progress {
+    let mut progress = Progress::default();
+    let mut served = 0;
+    while progress.consumed < input.len() && !out.backlogged() {
+        if served == budget {
+            ops.worker.metrics.conn_yield();
+            progress.yielded = true;
+            break;
+        }
+        let rest = &input[progress.consumed..];
+        let (line_len, parsed) = match ascii::parse(rest, max_line) {
+            Frame::Incomplete => {
+                progress.need = rest.len() + 1;
+                break;
+            }
+            Frame::LineTooLong => {
+                ops.refused();
+                progress.after = After::CloseNow;
+                break;
+            }
+            Frame::Line { consumed, parsed } => (consumed, parsed),
+        };
+        served += 1;
+        let (step, after) = match parsed {
+            Err(rejection) => {
+                ops.refused();
+                if !rejection.noreply {
+                    out.buf().extend_from_slice(rejection.reply);
+                }
+                (Step::Done(0), After::Continue)
+            }
+            Ok(command) => run(ops, command, &rest[line_len..], out),
+        };
+        let mut input_used_up = false;
+        match step {
+            Step::Done(data) => progress.consumed += line_len + data,
+            Step::Need(data) => {
+                progress.need = line_len + data;
+                progress.need_exact = true;
+                break;
+            }
+            Step::Swallow(data) => {
+                progress.consumed += line_len;
+                input_used_up = !progress.skip(data, input.len());
+            }
+        }
+        out.request_done();
+        if after != After::Continue {
+            progress.after = after;
+            break;
+        }
+        if input_used_up {
+            break;
+        }
+    }
+    progress
+}
+
+/// Runs one parsed command; `data` holds the bytes after its line.
+fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies) -> (Step, After) {
+    let reply = |out: &mut Vec<u8>, noreply: bool, text: &[u8]| {
+        if !noreply {
+            out.extend_from_slice(text);
+        }
+    };
+    match command {
+        Command::Get {
+            keys,
+            with_cas,
+            touch,
+        } => get(ops, keys, with_cas, touch, out),
+        Command::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            bytes,
+            cas_unique,
+            noreply,
+        } => {
+            let request = StoreRequest {
+                kind,
+                key,
+                flags,
+                exptime,
+                bytes,
+                cas_unique,
+                noreply,
+            };
+            return (store(ops, request, data, out.buf()), After::Continue);
+        }
+        Command::Meta { line } => return (meta::run(ops, line, data, out.buf()), After::Continue),
+        Command::Delete { key, noreply } => {
+            let text = match ops.delete(Cmd::Delete, key, None) {
+                Ok(()) => ascii::DELETED,
+                Err(_) => ascii::NOT_FOUND,
+            };
+            reply(out.buf(), noreply, text);
+        }
+        Command::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        } => {
+            let (cmd, direction) = if incr {
+                (Cmd::Incr, tern_store::Arith::Incr)
+            } else {
+                (Cmd::Decr, tern_store::Arith::Decr)
+            };
+            let text = match ops.arithmetic(cmd, key, direction, delta, None, None, None) {
+                Ok((counted, _)) => {
+                    if !noreply {
+                        ascii::encode_number(out.buf(), counted.value);
+                    }
+                    return (Step::Done(0), After::Continue);
+                }
+                Err(ArithFailure::NotFound) => ascii::NOT_FOUND,
+                Err(ArithFailure::Exists) => ascii::EXISTS,
+                Err(ArithFailure::NonNumeric) => ascii::NON_NUMERIC,
+                Err(ArithFailure::OutOfMemory) => ascii::OUT_OF_MEMORY,
+                Err(ArithFailure::NotStored) => ascii::NOT_STORED,
+            };
+            reply(out.buf(), noreply, text);
+        }
+        Command::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            let touched = ops.get(Cmd::Touch, key, Some(ops.expiry(exptime)), |_| ());
+            let text = match touched {
+                Ok(()) => ascii::TOUCHED,
+                Err(_) => ascii::NOT_FOUND,
+            };
+            reply(out.buf(), noreply, text);
+        }
+        Command::FlushAll { delay, noreply } => {
+            let text = if ops.flush_all(delay) {
+                ascii::OK
+            } else {
+                ascii::FLUSH_DISABLED
+            };
+            reply(out.buf(), noreply, text);
+        }
+        Command::Version => {
+            ops.admin(Cmd::Admin);
+            out.buf().extend_from_slice(ops::VERSION_REPLY.as_bytes());
+        }
+        Command::Verbosity { level, noreply } => {
+            ops.verbosity(level);
+            reply(out.buf(), noreply, ascii::OK);
+        }
+        Command::Stats { args } => stats(ops, args, out.buf()),
+        Command::Quit => {
+            ops.admin(Cmd::Admin);
+            return (Step::Done(0), After::CloseAfterWrite);
+        }
+        Command::Shutdown { mode } => {
+            let text = match ops.shutdown(mode) {
+                Shutdown::Stopping => return (Step::Done(0), After::CloseNow),
+                Shutdown::Disabled => ascii::SHUTDOWN_DISABLED,
+                Shutdown::BadMode => ascii::BAD_SHUTDOWN,
+            };
+            out.buf().extend_from_slice(text);
+        }
+    }
+    (Step::Done(0), After::Continue)
+}
+
+/// get, gets, gat, gats: each key's value as it is found, then `END`.
+fn get(ops: &Ops<'_>, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &mut impl Replies) {
+    let rollback = out.buf().len();
+    let expiry = touch.map(|exptime| ops.expiry(exptime));
+    let cmd = match (touch.is_some(), with_cas) {
+        (false, false) => Cmd::Get,
+        (false, true) => Cmd::Gets,
+        (true, false) => Cmd::Gat,
+        (true, true) => Cmd::Gats,
+    };
+    for (i, key) in keys.enumerate() {
+        if i > 0 {
+            out.between_keys();
+        }
+        let buf = out.buf();
+        if key.len() > KEY_MAX_LENGTH {
+            // memcached drops the values already queued for this line and answers the error.
+            ops.refused();
+            buf.truncate(rollback);
+            buf.extend_from_slice(ascii::BAD_FORMAT);
+            return;
+        }
+        let _ = ops.get(cmd, key, expiry, |item| {
+            ascii::encode_value(
+                buf,
+                key,
+                item.flags,
+                item.value,
+                with_cas.then_some(item.cas),
+            )
+        });
+    }
+    out.buf().extend_from_slice(ascii::END);
+}
+
+/// A storage command line's fields.
+struct StoreRequest<'a> {
+    kind: StoreKind,
+    key: &'a [u8],
+    flags: u32,
+    exptime: i64,
+    bytes: usize,
+    cas_unique: u64,
+    noreply: bool,
+}
+
+/// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
+/// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
+/// its whole data block is in.
+fn store(ops: &Ops<'_>, r: StoreRequest<'_>, data: &[u8], out: &mut Vec<u8>) -> Step {
+    let cmd = match r.kind {
+        StoreKind::Set => Cmd::Set,
+        StoreKind::Add => Cmd::Add,
+        StoreKind::Replace => Cmd::Replace,
+        StoreKind::Append => Cmd::Append,
+        StoreKind::Prepend => Cmd::Prepend,
+        StoreKind::Cas => Cmd::Cas,
+    };
+    let reply = |out: &mut Vec<u8>, text: &[u8]| {
+        if !r.noreply {
+            out.extend_from_slice(text);
+        }
+    };
+    // The parser bounds `bytes` below i32::MAX - 2.
+    let block = r.bytes + 2;
+    if r.bytes > ops.shared.settings.max_item_size {
+        ops.too_large(cmd, r.key);
+        reply(out, ascii::TOO_LARGE);
+        return Step::Swallow(block);
+    }
+    let value = match ascii::data_block(data, r.bytes) {
+        None => return Step::Need(block),
+        Some(Err(())) => {
+            ops.bad_data_chunk(cmd, r.key);
+            reply(out, ascii::BAD_DATA_CHUNK);
+            return Step::Done(block);
+        }
+        Some(Ok(value)) => value,
+    };
+    let op = match r.kind {
+        StoreKind::Set => StoreOp::Set,
+        StoreKind::Add => StoreOp::Add,
+        StoreKind::Replace => StoreOp::Replace,
+        StoreKind::Append => StoreOp::Append(None),
+        StoreKind::Prepend => StoreOp::Prepend(None),
+        StoreKind::Cas => StoreOp::Cas(r.cas_unique),
+    };
+    let expiry = ops.expiry(r.exptime);
+    let text = match ops.store_item(cmd, op, r.key, r.flags, expiry, value) {
+        tern_store::StoreOutcome::Stored { .. } => ascii::STORED,
+        tern_store::StoreOutcome::NotStored => ascii::NOT_STORED,
+        tern_store::StoreOutcome::Exists => ascii::EXISTS,
+        tern_store::StoreOutcome::NotFound => ascii::NOT_FOUND,
+        tern_store::StoreOutcome::TooLarge => ascii::TOO_LARGE,
+        tern_store::StoreOutcome::OutOfMemory => ascii::OUT_OF_MEMORY_STORING,
+    };
+    reply(out, text);
+    Step::Done(block)
+}
+
+/// The `stats` family, rendered as `STAT` lines.
+fn stats(ops: &Ops<'_>, args: Keys<'_>, out: &mut Vec<u8>) {
+    let words: Vec<&[u8]> = args.collect();
+    match ops.stats(&words) {
+        Ok(StatsReply::Lines(lines)) => {
+            out.extend_from_slice(&tern_admin::stats_text::render_stat_lines(lines))
+        }
+        Ok(StatsReply::Reset) => out.extend_from_slice(ascii::RESET),
+        Err(StatsError::Unknown) => out.extend_from_slice(ascii::ERROR),
+        Err(StatsError::BadArgument) => out.extend_from_slice(ascii::BAD_FORMAT),
+    }
+}
