@@ -11,10 +11,14 @@
 //!
 //! # Wiring into the server
 //!
-//! At start-up: one `Arc<WorkerMetrics>` per worker (the worker keeps a clone, the admin side
-//! the list), one [`HotKeys`] and a [`HotKeySampler`] per worker from [`HotKeys::sampler`], a
-//! [`LatencyBatch`] per worker, and with `--admin-port` an [`AdminServer::start`] with a type
-//! implementing [`AdminSource`].
+//! At start-up: one [`HotKeys`], and per worker a [`WorkerMetrics`], a [`LatencyBatch`] and a
+//! [`HotKeySampler`] from [`HotKeys::sampler`]. All three record through `&self` with relaxed
+//! loads and stores (no `lock` prefix): only the owning worker may write them, any thread may
+//! read them. The one lock is the worker's hot-key sketch, taken by the sampled requests (about
+//! one in `--hotkey-sample-rate`) and by readers. tern-server keeps the three of a worker
+//! together in one cache-line-aligned `WorkerState`, in a slice of all workers' states that the
+//! workers and the readers share; with `--admin-port` it also starts the endpoint with
+//! [`AdminServer::start`] and a type implementing [`AdminSource`].
 //!
 //! Per event-loop wake-up: [`WorkerMetrics::wakeup`], and the clock read once after the read
 //! that brings a batch of requests in. Per request (per key for retrievals):

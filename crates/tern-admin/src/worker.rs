@@ -164,8 +164,10 @@ struct LatencyCells {
     sum_nanos: OwnedCounter,
 }
 
-/// Everything one worker thread records. Create one per worker (e.g. in an `Arc` the admin side
-/// also holds), record from the worker only, read from anywhere with [`WorkerMetrics::snapshot`].
+/// Everything one worker thread records. Create one per worker where both the worker and the
+/// readers reach it (tern-server keeps it in each worker's `WorkerState`, in a slice all
+/// threads share), record from the worker only, read from anywhere with
+/// [`WorkerMetrics::snapshot`].
 ///
 /// Aligned to 128 bytes (two cache lines, as adjacent-line prefetch pairs them) so that two
 /// workers' metrics never share a line.

@@ -51,7 +51,7 @@ pub struct WorkloadArgs {
     /// Server `host:port` or unix socket path; repeat or comma-separate for a ketama pool.
     #[arg(short = 's', long = "server", value_name = "HOST:PORT")]
     pub servers: Vec<String>,
-    /// A TOML workload file (see README); flags given too take precedence.
+    /// A TOML workload file (see docs/bench.md); flags given too take precedence.
     #[arg(short = 'w', long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
     /// ascii, meta or binary.

@@ -26,7 +26,7 @@ pub struct PreloadReport {
     pub failed: u64,
 }
 
-/// The `--json` document of one run (see README for each field).
+/// The `--json` document of one run (docs/bench.md describes each field).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
     pub schema: &'static str,

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure, Context};
 use serde::{Deserialize, Serialize};
 use tern_proto::client::{Dialect, Op};
 
-/// A workload as written in a TOML file (every field optional; see README for the format).
+/// A workload as written in a TOML file (every field optional; see docs/bench.md for the format).
 /// Strings are kept as written so a run's JSON echoes exactly what was asked.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

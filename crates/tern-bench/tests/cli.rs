@@ -36,7 +36,7 @@ fn number(v: &Value, path: &str) -> f64 {
         .unwrap_or_else(|| panic!("{path} is not a number in {v:#}"))
 }
 
-/// The fields README documents for the `--json` document, with their types.
+/// The fields docs/bench.md documents for the `--json` document, with their types.
 fn check_schema(doc: &Value) {
     assert_eq!(doc["schema"], "tern-bench/1");
     assert!(doc["workload"]["servers"].is_array());

@@ -9,17 +9,23 @@
 //! for `ms`, how many bytes of data block to swallow, so a bad request never desyncs the stream.
 //!
 //! Parsing follows memcached 1.6.18 (Debian's, our reference peer), byte for byte in its error
-//! replies. Where newer memcached (doc/protocol.txt of 1.6.2x) adds features tern supports them
-//! too: `E` (explicit new CAS) and `x` (md: drop the value, keep the item), both answered
-//! `CLIENT_ERROR invalid flag` by 1.6.18. See the README's protocol section for the list.
+//! replies. Where newer memcached (doc/protocol.txt of 1.6.2x) adds flags the parser reads them
+//! too: `E` (explicit new CAS, parsed into [`Flags::new_cas`]) and `x` (md: drop the value, keep
+//! the item), both answered `CLIENT_ERROR invalid flag` by 1.6.18. tern's server runs `x` but
+//! refuses `E` with that same error, as 1.6.18 does: its store assigns every CAS itself (the CAS
+//! is the item's place) and cannot take one from the client. docs/protocols.md lists where
+//! tern's meta commands differ from memcached's.
 //!
 //! # Executing requests (what the server does per command)
 //!
 //! TTL tokens (`T`, `N`, `R`) follow memcached's exptime rule, as for ASCII commands: 0 never
-//! expires, negative expires at once, above 30 days is an absolute Unix time. `E` (when given)
-//! is the CAS any item this request creates or modifies gets, instead of a fresh one. The store
-//! keeps per item: CAS, client flags, TTL, last access, fetched-before, stale, win-token-sent,
-//! and whether its key came base64-encoded (mg's `k` and `me` show such keys in base64).
+//! expires, negative expires at once, above 30 days is an absolute Unix time. In memcached, `E`
+//! (when given) is the CAS any item this request creates or modifies gets instead of a fresh
+//! one; tern refuses it (above). The store keeps per item: CAS, client flags, TTL, last access,
+//! fetched-before, stale and win-token-sent. memcached also marks an item stored with a base64
+//! key, so that mg's `k` and `me` show its key in base64 whatever form a later request uses;
+//! tern's store keeps no such mark, so the server fills [`ItemInfo::key_binary`] and
+//! [`DebugInfo::key_binary`] from the request (the key is echoed as this request sent it).
 //! Build the reply with [`write_reply`], filling [`ItemInfo`] from the item *as it was before*
 //! this request for `h` and `l`, and after it for the rest.
 //!
@@ -28,10 +34,10 @@
 //!   `q`). Hit: `T` sets the TTL (a touch); `won` if the item is stale and its token was not
 //!   yet sent, or if `R` is given, the item has a TTL, its remaining TTL is below `R`, and no
 //!   token was sent; `win_sent_before` if the token had been sent before this request; `stale`
-//!   from the item. When `won`, set the item's win-token-sent. Then bump the LRU, mark fetched
-//!   and set last access, unless `u`. Reply [`Code::Value`] with the value when `v`, else
+//!   from the item. When `won`, set the item's win-token-sent. Then mark it fetched and set its
+//!   last access (memcached also bumps its LRU), unless `u`. Reply [`Code::Value`] with the value when `v`, else
 //!   [`Code::Stored`] (`HD`); `q` does not hide hits. 1.6.18 prints `t` at its position among
-//!   the flags, so `t` before `T` shows the old TTL; tern should report the TTL after `T`.
+//!   the flags, so `t` before `T` shows the old TTL; tern's server reports the TTL after `T`.
 //! * **ms** — check the value size first (too large: [`ErrorReply::TooLarge`], remove the old
 //!   item as memcached does so no stale value survives). Mode `S` stores (with `C`: compare and
 //!   swap, [`Code::NotFound`] if missing, [`Code::Exists`] if different); `E` add (NS if
@@ -39,15 +45,15 @@
 //!   item's flags and TTL, NS if absent unless `N` is given, then create the item from the data
 //!   with TTL `N` (newer memcached; 1.6.18 answers NS), `C` checked if given. `I` with `C`: a
 //!   `C` *lower* than the item's CAS still stores, marking the new item stale. New items take
-//!   flags `F`, TTL `T` (0 if absent), a fresh CAS (or `E`). Reply `HD` (hidden by `q`), `NS`,
+//!   flags `F`, TTL `T` (0 if absent), a fresh CAS. Reply `HD` (hidden by `q`), `NS`,
 //!   `EX` or `NF`; `c` returns the new CAS (pass the item), `c0` otherwise (pass `None`).
 //! * **md** — miss: `NF` (not hidden by `q` in 1.6.18). `C` not matching: `EX`. With `I`:
-//!   keep the item, mark it stale, clear its win-token-sent, give it a new CAS (or `E`), and
+//!   keep the item, mark it stale, clear its win-token-sent, give it a new CAS, and
 //!   set the TTL to `T` if given. With `x` (newer memcached): replace the value with an empty
 //!   one, keeping the item (a tombstone with `I`). Otherwise unlink. Reply `HD` (hidden by `q`).
 //! * **ma** — `C` not matching: `EX`. Hit: the value must be a decimal u64 (else
 //!   [`ErrorReply::NonNumeric`]); increment by `D` wrapping at 2^64, decrement by `D` stopping
-//!   at 0; new CAS (or `E`); `T` sets the TTL. Miss with `N`: create the item holding `J`
+//!   at 0; new CAS; `T` sets the TTL. Miss with `N`: create the item holding `J`
 //!   (delta not applied), TTL `N` (`NS` if that fails); miss without `N`: `NF`. Reply
 //!   [`Code::Value`] with the number's digits when `v`, else `HD`; `c` and `t` from the item;
 //!   `q` hides the success only.
@@ -205,7 +211,8 @@ pub struct Flags<'a> {
     pub return_value: bool,
     /// `C<u64>`: compare CAS (ms, md, ma).
     pub compare_cas: Option<u64>,
-    /// `E<u64>`: new CAS to give the item if modified (newer memcached; not 1.6.18).
+    /// `E<u64>`: new CAS to give the item if modified (newer memcached; not 1.6.18). Parsed so
+    /// the server can answer it; tern's server refuses it, as 1.6.18 does.
     pub new_cas: Option<u64>,
     /// `F<u32>`: client flags to store (ms), 0 if absent.
     pub client_flags: u32,
@@ -701,8 +708,9 @@ pub struct ItemInfo {
     pub stale: bool,
     /// This client wins the recache (`W`).
     pub won: bool,
-    /// The item was stored with a base64 (`b`) key: mg's `k` then shows the key in base64
-    /// with ` b`, whatever form this request used (memcached's `ITEM_KEY_BINARY`).
+    /// Echo the key (mg's `k`) in base64 with ` b`. memcached sets this from the item's mark
+    /// (`ITEM_KEY_BINARY`: stored with a base64 key), whatever form this request used; tern's
+    /// store keeps no such mark, so its server passes whether this request's key was base64.
     pub key_binary: bool,
 }
 
@@ -811,16 +819,18 @@ pub struct DebugInfo {
     pub last_access: u64,
     pub cas: u64,
     pub fetched: bool,
-    /// memcached's slab class; tern reports its size class or 0.
+    /// memcached's slab class; tern has no slab classes and its server reports 0.
     pub class: u32,
-    /// Total item size in bytes (key + value + overhead).
+    /// Item size in bytes: memcached's counts its item header too; tern's server reports key +
+    /// value bytes.
     pub size: u64,
-    /// The item was stored with a base64 key: `ME` shows the key in base64.
+    /// Show the key in base64 (memcached: the item was stored with a base64 key; tern's server:
+    /// this request's key was base64, as its store keeps no such mark).
     pub key_binary: bool,
 }
 
-/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`; the key in base64 when the
-/// item was stored with a base64 key (no ` b` here, as memcached). A miss is
+/// `ME <key> exp=.. la=.. cas=.. fetch=yes|no cls=.. size=..`; the key in base64 when
+/// [`DebugInfo::key_binary`] says so (no ` b` here, as memcached). A miss is
 /// [`write_reply`] with [`Code::Miss`].
 pub fn write_debug(out: &mut Vec<u8>, req: &Request<'_>, info: &DebugInfo) {
     use std::io::Write as _;

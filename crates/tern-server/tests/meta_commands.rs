@@ -322,7 +322,7 @@ fn generate(rng: &mut Rng) -> (String, &'static str) {
         flags.swap(i, j);
     }
     // tern applies `T` before looking at `R`; 1.6.18 takes flags in line order, so a `T`
-    // after `R` is where the two differ (see the README): keep `T` first.
+    // after `R` is where the two differ (see docs/protocols.md): keep `T` first.
     let position = |flags: &[String], c: char| flags.iter().position(|f| f.starts_with(c));
     if let (Some(r), Some(t)) = (position(&flags, 'R'), position(&flags, 'T')) {
         if r < t {
