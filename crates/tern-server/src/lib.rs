@@ -38,7 +38,7 @@ pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
 pub use ops::VERSION_REPLY;
 use signal_hook::consts::{SIGINT, SIGTERM};
-use tern_store::{Clock, Config, Store};
+use tern_store::{Clock, Config, PageKind, Store};
 
 use crate::placement::Placement;
 use crate::shared::Shared;
@@ -134,6 +134,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         clock.clone(),
     )?;
+    report_heap(&store, settings.enable_largepages);
     // Registered before any worker runs, so a signal is never lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
@@ -194,6 +195,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_file(path);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says at start how the item heap's pages are backed, so a `-L` that got no huge pages is
+/// never silent.
+fn report_heap(store: &Store, large_pages: bool) {
+    let mib = store.config().heap_bytes >> 20;
+    let pages = match store.page_kind() {
+        PageKind::HugeTlb => "explicit huge pages (MAP_HUGETLB)",
+        PageKind::TransparentHuge => "transparent huge pages (madvise)",
+        PageKind::Normal => "normal pages",
+    };
+    if large_pages && store.page_kind() == PageKind::Normal {
+        tracing::warn!(
+            "-L: no huge pages could be had (no hugetlb pool and transparent huge pages refused); \
+             the {mib} MiB item heap uses normal pages"
+        );
+    } else {
+        tracing::info!("item heap: {mib} MiB in {pages}");
+    }
 }
 
 /// Ticks the store's clock each second and reclaims expired items every few seconds.

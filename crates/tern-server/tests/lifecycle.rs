@@ -215,6 +215,23 @@ fn command_line_errors_and_help() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
 }
 
+#[test]
+fn the_start_log_says_how_the_heap_is_backed() {
+    let (status, _, stderr) = stop_and_collect(serve_piped(&["-v", "-m", "8"]));
+    assert!(status.success());
+    assert!(
+        stderr.contains("item heap: 8 MiB in normal pages"),
+        "{stderr}"
+    );
+    // With -L the heap gets huge pages of some kind, or the fallback is a warning.
+    let (status, _, stderr) = stop_and_collect(serve_piped(&["-v", "-m", "8", "-L"]));
+    assert!(status.success());
+    let huge = stderr.contains("item heap: 8 MiB in explicit huge pages")
+        || stderr.contains("item heap: 8 MiB in transparent huge pages");
+    let fell_back = stderr.contains("-L: no huge pages could be had");
+    assert!(huge != fell_back, "{stderr}");
+}
+
 /// Starts `tern serve -l 127.0.0.1 -p <free port> <args>` with stdout and stderr piped, for the
 /// test to read once the server has exited, and waits until it accepts. Held in a
 /// `ServerProcess`, it is killed if the test fails first.
