@@ -34,14 +34,14 @@
 
 #![warn(missing_docs)]
 
-mod admin;
+mod http;
 mod hotkeys;
 pub mod prometheus;
 mod snapshot;
 pub mod stats_text;
 mod worker;
 
-pub use admin::{stats_json, AdminServer, AdminSource};
+pub use http::{stats_json, AdminServer, AdminSource};
 pub use hotkeys::{HotKey, HotKeyConfig, HotKeySampler, HotKeys, HotKeysReport};
 pub use snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot, StoreStats};
 pub use worker::{

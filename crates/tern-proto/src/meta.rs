@@ -298,7 +298,8 @@ pub enum ErrorReply {
     DeltaValue,
     /// The `ms` data block did not end with `\r\n`.
     BadDataChunk,
-    /// Executor replies, here so every meta error string lives in one place.
+    /// Errors the server answers (not the parser), here so every meta error string lives in
+    /// one place.
     NonNumeric,
     TooLarge,
     OutOfMemory,

@@ -1,11 +1,13 @@
-//! memcached's meta commands (`mg ms md ma me mn`) in the ASCII stream: `tern_proto::meta` parses
-//! the line and encodes replies, this module runs them against the store with the semantics of
-//! memcached's protocol.txt (see `tern_proto::meta`'s module docs for each command).
+//! memcached's meta commands (`mg ms md ma me mn`) in the text stream: `tern_proto::meta` parses
+//! the line and encodes replies; this module translates each command's flags into operations
+//! (`ops.rs`), with the semantics of memcached's protocol.txt (see `tern_proto::meta`'s module
+//! docs for each command).
 //!
 //! A `C` check on `md`, `ma` and `ms` is made by the store in the same locked step as the
 //! change, as memcached makes it under its item lock. Where the store offers no single locked
 //! step for what a flag asks (`ms I` with an older CAS; `md x`'s flags and TTL without `C`),
-//! the executor reads, then acts: another worker's write can land in between.
+//! this module reads, then acts (inside one `Ops` call): another worker's write can land in
+//! between.
 
 use std::io::Write as _;
 
