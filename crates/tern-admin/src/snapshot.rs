@@ -178,7 +178,8 @@ impl MemcachedCounters {
         let count = |cmds: &[Command], o: Outcome| cmds.iter().map(|&c| t.get(c, o)).sum::<u64>();
         let gets = [Get, Gets, MetaGet];
         let touches = [Touch, Gat, Gats];
-        let incrs = [Incr, MetaArithmetic];
+        let incrs = [Incr, MetaIncrement];
+        let decrs = [Decr, MetaDecrement];
         let all = |o: Outcome| Command::ALL.iter().map(|&c| t.get(c, o)).sum::<u64>();
         let missed = |cmds: &[Command]| {
             count(cmds, Outcome::Miss)
@@ -190,7 +191,14 @@ impl MemcachedCounters {
             cmd_set: total(&[Set, Add, Replace, Append, Prepend, Cas, MetaSet]),
             cmd_flush: total(&[Flush]),
             cmd_touch: total(&touches),
-            cmd_meta: total(&[MetaGet, MetaSet, MetaDelete, MetaArithmetic, MetaNoop]),
+            cmd_meta: total(&[
+                MetaGet,
+                MetaSet,
+                MetaDelete,
+                MetaIncrement,
+                MetaDecrement,
+                MetaNoop,
+            ]),
             get_hits: count(&gets, Outcome::Hit),
             get_misses: missed(&gets),
             get_expired: all(Outcome::Expired),
@@ -199,8 +207,8 @@ impl MemcachedCounters {
             delete_misses: count(&[Delete, MetaDelete], Outcome::Miss),
             incr_hits: count(&incrs, Outcome::Hit),
             incr_misses: count(&incrs, Outcome::Miss),
-            decr_hits: t.get(Decr, Outcome::Hit),
-            decr_misses: t.get(Decr, Outcome::Miss),
+            decr_hits: count(&decrs, Outcome::Hit),
+            decr_misses: count(&decrs, Outcome::Miss),
             cas_hits: t.get(Cas, Outcome::Stored),
             cas_misses: t.get(Cas, Outcome::NotFound),
             cas_badval: t.get(Cas, Outcome::Exists),

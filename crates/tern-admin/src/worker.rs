@@ -92,8 +92,10 @@ label_enum! {
         MetaSet => "ms",
         /// meta delete `md`
         MetaDelete => "md",
-        /// meta arithmetic `ma`
-        MetaArithmetic => "ma",
+        /// meta arithmetic `ma`, incrementing (the default mode)
+        MetaIncrement => "ma_incr",
+        /// meta arithmetic `ma MD`, decrementing (memcached counts it in decr_hits/decr_misses)
+        MetaDecrement => "ma_decr",
         /// meta no-op `mn`
         MetaNoop => "mn",
         /// `stats` and its subcommands

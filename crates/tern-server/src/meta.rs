@@ -242,16 +242,16 @@ fn delete(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
 
 fn arithmetic(ops: &Ops<'_>, req: &Request<'_>, mode: ArithMode, out: &mut Vec<u8>) {
     let f = &req.flags;
-    let direction = match mode {
-        ArithMode::Increment => Arith::Incr,
-        ArithMode::Decrement => Arith::Decr,
+    let (cmd, direction) = match mode {
+        ArithMode::Increment => (Cmd::MetaIncrement, Arith::Incr),
+        ArithMode::Decrement => (Cmd::MetaDecrement, Arith::Decr),
     };
     let now = ops.now();
     // A miss with `N` creates the item (whatever `C` says, as memcached does).
     let create = f.vivify_ttl.map(|ttl| (f.initial, expiry(ops, ttl)));
     let new_expiry = f.ttl.map(|ttl| expiry(ops, ttl));
     let counted = ops.arithmetic(
-        Cmd::MetaArithmetic,
+        cmd,
         req.key.bytes(),
         direction,
         f.delta,
