@@ -101,6 +101,10 @@ pub struct Rejection {
     pub reply: &'static [u8],
     /// The line asked for `noreply`: memcached sends nothing, not even the error.
     pub noreply: bool,
+    /// An HTTP request line (an unknown command whose last token starts with `HTTP/`):
+    /// memcached closes the connection at once, without a reply and dropping replies not yet
+    /// sent, so a browser or a web client tricked into connecting cannot talk to the cache.
+    pub hang_up: bool,
 }
 
 pub const ERROR: &[u8] = b"ERROR\r\n";
@@ -294,7 +298,11 @@ impl<'a> Tokens<'a> {
 }
 
 fn reject(reply: &'static [u8], noreply: bool) -> Result<Command<'static>, Rejection> {
-    Err(Rejection { reply, noreply })
+    Err(Rejection {
+        reply,
+        noreply,
+        hang_up: false,
+    })
 }
 
 /// Parses one request line (without its line ending).
@@ -534,6 +542,11 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
             },
         }),
         b"mg" | b"ms" | b"md" | b"ma" | b"me" | b"mn" => Ok(Command::Meta { line }),
+        _ if t.get(n - 2).starts_with(b"HTTP/") => Err(Rejection {
+            reply: b"",
+            noreply: false,
+            hang_up: true,
+        }),
         _ => reject(ERROR, false),
     }
 }
@@ -1091,9 +1104,24 @@ mod tests {
             parsed,
             Err(Rejection {
                 reply: ERROR,
-                noreply: false
+                noreply: false,
+                hang_up: false,
             })
         );
+    }
+
+    #[test]
+    fn http_request_lines_hang_up() {
+        // As memcached 1.6.18 answers them (checked with nc): an unknown command whose last
+        // token starts with HTTP/ closes the connection; known commands and other lines do not.
+        for http in ["GET / HTTP/1.0", "PUT /a HTTP/1.1", "DELETE HTTP/1.1", "FOO / HTTP/1.0"] {
+            assert!(line(http).expect_err(http).hang_up, "{http}");
+        }
+        for other in ["GET /", "GET / HTTP/1.0 x", "bogus"] {
+            let rejection = line(other).expect_err(other);
+            assert_eq!((rejection.reply, rejection.hang_up), (ERROR, false), "{other}");
+        }
+        assert!(line("get a HTTP/1.1").is_ok(), "a get of two keys");
     }
 
     #[test]

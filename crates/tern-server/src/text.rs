@@ -43,6 +43,11 @@ pub fn serve(
         };
         served += 1;
         let (step, after) = match parsed {
+            Err(rejection) if rejection.hang_up => {
+                ops.refused();
+                progress.after = After::CloseNow;
+                break;
+            }
             Err(rejection) => {
                 ops.refused();
                 if !rejection.noreply {
