@@ -7,9 +7,11 @@
 # probing depends on the per-process hash seed), everything else repeats within ~1, so the
 # change is reported outside the store. Under valgrind clock_gettime is a system call: the
 # vDSO's ~20 instructions per clock read are not in the figures.
-# usage: overhead-instructions.sh BASE_BINARY NEW_BINARY BATCHES [serve options for NEW...]
+# MODE=get (batches of 100 pipelined gets) or MODE=single (one get at a time) measures gets instead.
+# usage: [MODE=mix|get|single] overhead-instructions.sh BASE_BINARY NEW_BINARY BATCHES [serve options for NEW...]
 set -euo pipefail
 base=$1; new=$2; batches=$3; shift 3
+mode=${MODE:-mix}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 profile() {
@@ -20,16 +22,16 @@ profile() {
     -p "$port" "$@" 2>/dev/null &
   pid=$!
   for _ in $(seq 300); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  python3 "$here/lockstep_client.py" "$port" "$batches"
+  python3 "$here/lockstep_client.py" "$port" "$batches" "$mode"
   kill -TERM $pid; wait $pid || true
   callgrind_annotate --inclusive=no --threshold=100 "$work/$name.cg" > "$work/$name.txt" 2>/dev/null
 }
 profile "$base" base
 profile "$new" new "$@"
-python3 - "$work" "$batches" <<'PY'
+python3 - "$work" "$batches" "$mode" <<'PY'
 import re, sys
-work, batches = sys.argv[1], int(sys.argv[2])
-requests = 10_000 + 16 * batches
+work, batches, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+requests = 10_000 + {"get": 100, "single": 1}.get(mode, 16) * batches
 def by_file(name):
     totals = {}
     for line in open(f"{work}/{name}.txt"):
