@@ -75,6 +75,12 @@ pub enum Command<'a> {
     Stats {
         args: Keys<'a>,
     },
+    /// memcached's admin and debug commands whose arguments the server reads (`args`: the words
+    /// after the command).
+    Admin {
+        command: AdminCommand,
+        args: Keys<'a>,
+    },
     Quit,
     /// `shutdown [graceful]`; the mode is checked only when shutdown is enabled (`-A`), as in
     /// memcached.
@@ -86,6 +92,21 @@ pub enum Command<'a> {
     Meta {
         line: &'a [u8],
     },
+}
+
+/// An admin or debug command of memcached 1.6 (see [`Command::Admin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminCommand {
+    /// `watch [fetchers|mutations|evictions|connevents|...]`
+    Watch,
+    /// `lru_crawler crawl|metadump|enable|disable|sleep|tocrawl ...`
+    LruCrawler,
+    /// `slabs automove|reassign ...`
+    Slabs,
+    /// `lru mode|temp_ttl|tune ...`
+    Lru,
+    /// `cache_memlimit <megabytes>`
+    CacheMemlimit,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -531,6 +552,20 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
         b"stats" => {
             let start = t.get(0).as_ptr() as usize - line.as_ptr() as usize + 5;
             Ok(Command::Stats {
+                args: Keys::new(&line[start..]),
+            })
+        }
+        b"watch" | b"lru_crawler" | b"slabs" | b"lru" | b"cache_memlimit" => {
+            let command = match cmd {
+                b"watch" => AdminCommand::Watch,
+                b"lru_crawler" => AdminCommand::LruCrawler,
+                b"slabs" => AdminCommand::Slabs,
+                b"lru" => AdminCommand::Lru,
+                _ => AdminCommand::CacheMemlimit,
+            };
+            let start = t.get(0).as_ptr() as usize - line.as_ptr() as usize + cmd.len();
+            Ok(Command::Admin {
+                command,
                 args: Keys::new(&line[start..]),
             })
         }
@@ -1114,12 +1149,21 @@ mod tests {
     fn http_request_lines_hang_up() {
         // As memcached 1.6.18 answers them (checked with nc): an unknown command whose last
         // token starts with HTTP/ closes the connection; known commands and other lines do not.
-        for http in ["GET / HTTP/1.0", "PUT /a HTTP/1.1", "DELETE HTTP/1.1", "FOO / HTTP/1.0"] {
+        for http in [
+            "GET / HTTP/1.0",
+            "PUT /a HTTP/1.1",
+            "DELETE HTTP/1.1",
+            "FOO / HTTP/1.0",
+        ] {
             assert!(line(http).expect_err(http).hang_up, "{http}");
         }
         for other in ["GET /", "GET / HTTP/1.0 x", "bogus"] {
             let rejection = line(other).expect_err(other);
-            assert_eq!((rejection.reply, rejection.hang_up), (ERROR, false), "{other}");
+            assert_eq!(
+                (rejection.reply, rejection.hang_up),
+                (ERROR, false),
+                "{other}"
+            );
         }
         assert!(line("get a HTTP/1.1").is_ok(), "a get of two keys");
     }

@@ -280,8 +280,12 @@ fn stats(ops: &Ops<'_>, key: &[u8], opaque: u32, out: &mut Vec<u8>) {
             }
             None
         }
-        Ok(StatsReply::Reset) => None,
-        Err(StatsError::Unknown) => Some(Status::KeyNotFound),
+        Ok(StatsReply::Reset | StatsReply::Done) => None,
+        Ok(StatsReply::Detail(dump)) => {
+            bin::write_stat(out, opaque, "detailed", String::from_utf8_lossy(&dump));
+            None
+        }
+        Err(StatsError::Unknown | StatsError::DetailUsage) => Some(Status::KeyNotFound),
         Err(StatsError::BadArgument) => Some(Status::InvalidArguments),
     };
     match status {

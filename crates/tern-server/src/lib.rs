@@ -21,6 +21,7 @@ mod meta;
 mod net;
 mod ops;
 mod placement;
+mod prefix_stats;
 mod process;
 mod recording;
 mod shared;

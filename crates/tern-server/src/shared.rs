@@ -14,6 +14,7 @@ use tern_store::{Store, UnixSecs};
 
 use crate::config::Settings;
 use crate::conn_table::ConnTables;
+use crate::prefix_stats::PrefixStats;
 use crate::recording::WorkerState;
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
@@ -42,6 +43,8 @@ pub struct Shared {
     pub shutdown: AtomicBool,
     /// Each worker's CPU under `--pin` (`0,1`), or `unpinned`; for `stats settings`.
     pub worker_cpus: String,
+    /// `stats detail`.
+    pub prefix_stats: PrefixStats,
 }
 
 impl Shared {
@@ -67,6 +70,7 @@ impl Shared {
             started,
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
+            prefix_stats: PrefixStats::new(b':'),
         }
     }
 }

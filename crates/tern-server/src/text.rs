@@ -3,13 +3,13 @@
 //! `binary.rs` does the same for binary frames; a connection or a UDP datagram drives either.
 
 use tern_admin::Command as Cmd;
-use tern_proto::ascii::{self, Command, Frame, Keys, StoreKind};
+use tern_proto::ascii::{self, AdminCommand, Command, Frame, Keys, StoreKind};
 use tern_proto::KEY_MAX_LENGTH;
 use tern_store::StoreOp;
 
 use crate::framing::{After, Progress, Replies, Step};
 use crate::meta;
-use crate::ops::{self, ArithFailure, Ops, Shutdown, StatsError, StatsReply};
+use crate::ops::{self, AdminReply, ArithFailure, Ops, Shutdown, StatsError, StatsReply};
 
 /// Runs the complete requests at the start of `input`, at most `budget` of them; stops early
 /// when `out` is backlogged.
@@ -178,6 +178,27 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             reply(out.buf(), noreply, ascii::OK);
         }
         Command::Stats { args } => stats(ops, args, out.buf()),
+        Command::Admin { command, args } => {
+            let words: Vec<&[u8]> = args.collect();
+            let reply = match command {
+                AdminCommand::LruCrawler => ops.lru_crawler(&words),
+                AdminCommand::Slabs => ops.slabs(&words),
+                AdminCommand::Lru => ops.lru(&words),
+                AdminCommand::Watch | AdminCommand::CacheMemlimit => {
+                    ops.refused();
+                    AdminReply::Error
+                }
+            };
+            let buf = out.buf();
+            match reply {
+                AdminReply::Ok => buf.extend_from_slice(ascii::OK),
+                AdminReply::Error => buf.extend_from_slice(ascii::ERROR),
+                AdminReply::Status(line) => {
+                    buf.extend_from_slice(line.as_bytes());
+                    buf.extend_from_slice(b"\r\n");
+                }
+            }
+        }
         Command::Quit => {
             ops.admin(Cmd::Admin);
             return (Step::Done(0), After::CloseAfterWrite);
@@ -302,7 +323,12 @@ fn stats(ops: &Ops<'_>, args: Keys<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&tern_admin::stats_text::render_stat_lines(lines))
         }
         Ok(StatsReply::Reset) => out.extend_from_slice(ascii::RESET),
+        Ok(StatsReply::Done) => out.extend_from_slice(ascii::OK),
+        Ok(StatsReply::Detail(dump)) => out.extend_from_slice(&dump),
         Err(StatsError::Unknown) => out.extend_from_slice(ascii::ERROR),
         Err(StatsError::BadArgument) => out.extend_from_slice(ascii::BAD_FORMAT),
+        Err(StatsError::DetailUsage) => {
+            out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n")
+        }
     }
 }

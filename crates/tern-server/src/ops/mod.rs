@@ -10,7 +10,6 @@
 
 use std::sync::atomic::Ordering;
 
-use tern_admin::stats_text::{self, StatLines};
 use tern_admin::{Command as Cmd, Outcome};
 use tern_proto::ascii::ShutdownMode;
 use tern_store::{
@@ -18,8 +17,15 @@ use tern_store::{
     StoreOutcome, MAX_RELATIVE_EXPTIME,
 };
 
+use crate::prefix_stats::PrefixEvent;
 use crate::recording::WorkerState;
 use crate::shared::Shared;
+
+mod admin;
+mod stats;
+
+pub use admin::AdminReply;
+pub use stats::{StatsError, StatsReply};
 
 /// The memcached protocol level tern speaks, then tern's own version: clients that gate features
 /// on the server's version see a 1.6 server.
@@ -43,23 +49,6 @@ pub enum ArithFailure {
     /// The item was missing and could not be created (another client kept recreating it, or
     /// the store refused it).
     NotStored,
-}
-
-/// A `stats` request's answer.
-#[derive(Debug)]
-pub enum StatsReply {
-    Lines(StatLines),
-    /// `stats reset` ran.
-    Reset,
-}
-
-/// Why a `stats` request got no statistics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatsError {
-    /// No such group (memcached's `ERROR`).
-    Unknown,
-    /// The group exists but its argument is not valid.
-    BadArgument,
 }
 
 /// What `shutdown` did.
@@ -98,6 +87,25 @@ impl<'a> Ops<'a> {
     fn record(&self, cmd: Cmd, outcome: Outcome) {
         self.worker.metrics.count(cmd, outcome);
         self.worker.batch.add(cmd);
+    }
+
+    /// Counts `key`'s prefix for `stats detail` when it is on.
+    #[inline]
+    fn prefix(&self, key: &[u8], event: PrefixEvent) {
+        let prefixes = &self.shared.prefix_stats;
+        if prefixes.enabled() {
+            prefixes.record(key, event);
+        }
+    }
+
+    /// [`Ops::prefix`] for a lookup: retrievals count as gets (a touch or `me` does not).
+    #[inline]
+    fn prefix_lookup(&self, cmd: Cmd, key: &[u8], hit: bool) {
+        if self.shared.prefix_stats.enabled() && !matches!(cmd, Cmd::Touch | Cmd::Admin) {
+            self.shared
+                .prefix_stats
+                .record(key, PrefixEvent::Get { hit });
+        }
     }
 
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
@@ -140,6 +148,7 @@ impl<'a> Ops<'a> {
             Some(expiry) => self.store().get_and_touch(key, expiry, read),
         };
         self.record_key(cmd, lookup_outcome(&found), key);
+        self.prefix_lookup(cmd, key, found.is_ok());
         found
     }
 
@@ -175,6 +184,7 @@ impl<'a> Ops<'a> {
                 }
                 (found, _) => {
                     self.record_key(cmd, lookup_outcome(&found), key);
+                    self.prefix_lookup(cmd, key, found.is_ok());
                     return found;
                 }
             }
@@ -202,6 +212,7 @@ impl<'a> Ops<'a> {
         key: &[u8],
         write: impl FnOnce(&Store) -> StoreOutcome,
     ) -> StoreOutcome {
+        self.prefix(key, PrefixEvent::Set);
         let outcome = write(self.store());
         self.record_key(cmd, store_outcome(outcome), key);
         outcome
@@ -218,6 +229,7 @@ impl<'a> Ops<'a> {
     /// a failed overwrite never leaves a stale copy readable.
     pub fn too_large(&self, cmd: Cmd, key: &[u8]) {
         self.record(Cmd::Invalid, Outcome::TooLarge);
+        self.prefix(key, PrefixEvent::Set);
         if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
             self.store().delete(key);
         }
@@ -235,6 +247,7 @@ impl<'a> Ops<'a> {
         key: &[u8],
         delete: impl FnOnce(&Store) -> Result<(), Refused>,
     ) -> Result<(), Refused> {
+        self.prefix(key, PrefixEvent::Delete);
         let done = delete(self.store());
         let outcome = match done {
             Ok(()) => Outcome::Hit,
@@ -350,55 +363,6 @@ impl<'a> Ops<'a> {
         tracing::info!("shutdown command received");
         let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
         Shutdown::Stopping
-    }
-
-    /// The `stats` family as memcached 1.6 answers it, plus tern's `stats segments` and `stats
-    /// hotkeys [N]`: `words` are the group and its arguments (none for general statistics).
-    pub fn stats(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
-        let reply = self.stats_group(words);
-        self.record(
-            Cmd::Stats,
-            if reply.is_ok() {
-                Outcome::Hit
-            } else {
-                Outcome::Error
-            },
-        );
-        reply
-    }
-
-    fn stats_group(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
-        let shared = self.shared;
-        let lines = StatsReply::Lines;
-        Ok(match words {
-            [] => lines(stats_text::stats_general(&shared.stats_snapshot())),
-            [b"reset"] => {
-                shared.reset_stats();
-                StatsReply::Reset
-            }
-            [b"settings"] => lines(shared.settings_stats()),
-            [b"items"] => lines(stats_text::stats_items(&shared.stats_snapshot())),
-            [b"slabs"] => lines(stats_text::stats_slabs(&shared.stats_snapshot())),
-            [b"segments"] => lines(stats_text::stats_segments(
-                &shared.stats_snapshot().store.segments,
-            )),
-            [b"conns"] => {
-                let asker = self.worker.serving_fd.load(Ordering::Relaxed);
-                lines(stats_text::stats_conns(&shared.conns(asker)))
-            }
-            [b"hotkeys", count @ ..] => {
-                let count = match count {
-                    [] => stats_text::DEFAULT_HOT_KEYS,
-                    [n] => std::str::from_utf8(n)
-                        .ok()
-                        .and_then(|n| n.parse().ok())
-                        .ok_or(StatsError::BadArgument)?,
-                    _ => return Err(StatsError::BadArgument),
-                };
-                lines(stats_text::stats_hotkeys(&shared.hot_keys.top(count)))
-            }
-            _ => return Err(StatsError::Unknown),
-        })
     }
 }
 

@@ -1,0 +1,141 @@
+//! memcached's admin commands for its slab allocator, LRU and crawler, answered as memcached
+//! 1.6.18 answers them (checked side by side) and mapped onto tern's segments, which have one
+//! class (id 1), no LRU and no crawler thread: settings tern has no use for are accepted and
+//! change nothing (docs/serve.md lists them).
+
+use tern_admin::{Command as Cmd, Outcome};
+
+use super::Ops;
+
+/// An admin command's one-line answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminReply {
+    /// `OK`
+    Ok,
+    /// `ERROR`: an unknown subcommand or bad arguments.
+    Error,
+    /// Another status line, as memcached words it.
+    Status(&'static str),
+}
+
+/// tern's one "slab class": every item, whatever its size.
+const CLASS: &[u8] = b"1";
+
+fn number(word: &[u8]) -> Option<u64> {
+    std::str::from_utf8(word).ok()?.parse().ok()
+}
+
+impl Ops<'_> {
+    fn admin_reply(&self, reply: AdminReply) -> AdminReply {
+        let outcome = match reply {
+            AdminReply::Error => Outcome::Error,
+            _ => Outcome::Hit,
+        };
+        self.record(Cmd::Admin, outcome);
+        reply
+    }
+
+    /// `lru_crawler crawl|enable|disable|sleep|tocrawl ...` (`metadump` streams: see
+    /// [`Ops::metadump`]). tern reclaims expired items by whole segments, so a crawl has
+    /// nothing to do; the crawler's settings are accepted.
+    pub fn lru_crawler(&self, words: &[&[u8]]) -> AdminReply {
+        let reply = match words {
+            [b"crawl", classes] => {
+                let known = classes
+                    .split(|&b| b == b',')
+                    .all(|class| class == b"all" || class == CLASS);
+                if known {
+                    AdminReply::Ok
+                } else {
+                    AdminReply::Status("BADCLASS invalid class id")
+                }
+            }
+            [b"enable" | b"disable"] => AdminReply::Ok,
+            [b"sleep" | b"tocrawl", n] if number(n).is_some() => AdminReply::Ok,
+            _ => AdminReply::Error,
+        };
+        self.admin_reply(reply)
+    }
+
+    /// `slabs automove 0|1|2` (accepted: tern moves no pages between classes) and `slabs
+    /// reassign SRC DST` (one class: nothing to move).
+    pub fn slabs(&self, words: &[&[u8]]) -> AdminReply {
+        let reply = match words {
+            [b"automove", b"0" | b"1" | b"2"] => AdminReply::Ok,
+            [b"reassign", src, dst] if number(src).is_some() && number(dst).is_some() => {
+                if src == dst {
+                    AdminReply::Status("SAME src and dst class are identical")
+                } else {
+                    AdminReply::Status("NOSPARE source class has no spare pages")
+                }
+            }
+            _ => AdminReply::Error,
+        };
+        self.admin_reply(reply)
+    }
+
+    /// `lru mode flat|segmented`, `lru temp_ttl N`, `lru tune HOT WARM HOT_FACTOR WARM_FACTOR`:
+    /// accepted; tern's eviction is by segment (`--eviction`).
+    pub fn lru(&self, words: &[&[u8]]) -> AdminReply {
+        let float = |w: &[u8]| {
+            std::str::from_utf8(w)
+                .ok()
+                .and_then(|w| w.parse::<f64>().ok())
+                .is_some()
+        };
+        let reply = match words {
+            [b"mode", b"flat" | b"segmented"] => AdminReply::Ok,
+            [b"temp_ttl", ttl] if number(ttl).is_some() => AdminReply::Ok,
+            [b"tune", hot, warm, hot_factor, warm_factor]
+                if number(hot).is_some()
+                    && number(warm).is_some()
+                    && float(hot_factor)
+                    && float(warm_factor) =>
+            {
+                AdminReply::Ok
+            }
+            _ => AdminReply::Error,
+        };
+        self.admin_reply(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tern_store::{Clock, Config, Store};
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::shared::Shared;
+
+    fn shared() -> Shared {
+        let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
+        Shared::new(Settings::default(), store)
+    }
+
+    #[test]
+    fn answers_as_memcached_does() {
+        let shared = shared();
+        let ops = Ops::new(&shared, 0);
+        let words = |line: &'static str| -> Vec<&'static [u8]> {
+            line.split(' ').map(str::as_bytes).collect()
+        };
+        assert_eq!(ops.lru_crawler(&words("crawl all")), AdminReply::Ok);
+        assert_eq!(ops.lru_crawler(&words("crawl 1")), AdminReply::Ok);
+        assert_eq!(
+            ops.lru_crawler(&words("crawl 99")),
+            AdminReply::Status("BADCLASS invalid class id")
+        );
+        assert_eq!(ops.lru_crawler(&words("sleep x")), AdminReply::Error);
+        assert_eq!(ops.lru_crawler(&[]), AdminReply::Error);
+        assert_eq!(ops.slabs(&words("automove 3")), AdminReply::Error);
+        assert_eq!(
+            ops.slabs(&words("reassign 1 1")),
+            AdminReply::Status("SAME src and dst class are identical")
+        );
+        assert_eq!(ops.lru(&words("tune 10 20 0.1 2")), AdminReply::Ok);
+        assert_eq!(ops.lru(&words("mode bogus")), AdminReply::Error);
+    }
+}
