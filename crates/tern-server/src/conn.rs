@@ -56,6 +56,9 @@ pub struct Conn {
     pub hangup: bool,
     /// Decided once, by the connection's first byte, as memcached does.
     protocol: Protocol,
+    /// The connection asked to `watch`: log lines go to its socket (see `watch.rs`) and its
+    /// input is read only to notice the client leaving.
+    watch_id: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +113,13 @@ impl Conn {
             watching_writes: false,
             hangup: false,
             protocol: Protocol::Unknown,
+            watch_id: None,
         }
+    }
+
+    /// The watcher this connection is, to forget when it closes.
+    pub fn watch_id(&self) -> Option<u64> {
+        self.watch_id
     }
 
     fn unsent(&self) -> usize {
@@ -141,6 +150,16 @@ impl Conn {
         if self.unsent() > WRITE_HIGH_WATER {
             // Backpressure: the writable edge brings us back once the client reads.
             return Drive::Open { again: false };
+        }
+        if self.watch_id.is_some() {
+            // A watcher sends nothing more that matters; its end closes the connection.
+            return match self.fill(ops) {
+                Ok(_) if !self.peer_closed => {
+                    self.rstart = self.rend;
+                    Drive::Open { again: false }
+                }
+                _ => Drive::Close,
+            };
         }
         let mut buffer_full = false;
         if !self.peer_closed {
@@ -282,6 +301,16 @@ impl Conn {
                 Some(false)
             }
             After::CloseNow => None,
+            After::Watch(kinds) => {
+                self.rstart = self.rend;
+                // The reply (`OK`) goes out through the watcher's socket, ahead of any line.
+                let socket = self.stream.duplicate().ok()?;
+                let greeting = &self.wbuf[self.wsent..];
+                self.watch_id = Some(ops.shared.watchers.add(kinds, socket, greeting).ok()?);
+                self.wbuf.clear();
+                self.wsent = 0;
+                Some(false)
+            }
         }
     }
 

@@ -12,6 +12,8 @@ pub enum After {
     CloseAfterWrite,
     /// Close at once, dropping queued replies (`shutdown`, an overlong line).
     CloseNow,
+    /// Send what is queued, then stream these `watch` kinds and serve nothing more.
+    Watch(u8),
 }
 
 /// What the text serve loop does with its input after a command line that may carry a data

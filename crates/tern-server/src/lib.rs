@@ -27,6 +27,7 @@ mod recording;
 mod shared;
 mod text;
 mod udp;
+mod watch;
 mod worker;
 
 use std::process::ExitCode;

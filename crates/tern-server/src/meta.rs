@@ -131,7 +131,7 @@ fn set(ops: &Ops<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out: &mut 
     let key = req.key.bytes();
     let ttl = expiry(ops, f.ttl.unwrap_or(0));
     let vivify = f.vivify_ttl.map(|ttl| expiry(ops, ttl));
-    let outcome = ops.store_with(Cmd::MetaSet, key, |store| {
+    let outcome = ops.store_with(Cmd::MetaSet, key, ttl, value, |store| {
         let mut ttl = ttl;
         // `I` with a CAS older than the item's: store anyway, as memcached does: the new value
         // is stale, keeps the old TTL and whether a win token was already handed out.

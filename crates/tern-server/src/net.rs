@@ -19,6 +19,20 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
+impl Stream {
+    /// A second handle on the same socket (non-blocking like this one), for `watch`: other
+    /// workers write log lines to it while this connection's worker owns the stream.
+    pub fn duplicate(&self) -> io::Result<Box<dyn Write + Send>> {
+        use std::os::fd::AsFd;
+        Ok(match self {
+            Stream::Tcp(s) => Box::new(std::net::TcpStream::from(s.as_fd().try_clone_to_owned()?)),
+            Stream::Unix(s) => Box::new(std::os::unix::net::UnixStream::from(
+                s.as_fd().try_clone_to_owned()?,
+            )),
+        })
+    }
+}
+
 impl Read for Stream {
     #[inline]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {

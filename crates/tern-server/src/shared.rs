@@ -16,6 +16,7 @@ use crate::config::Settings;
 use crate::conn_table::ConnTables;
 use crate::prefix_stats::PrefixStats;
 use crate::recording::WorkerState;
+use crate::watch::Watchers;
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
 pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
@@ -45,6 +46,8 @@ pub struct Shared {
     pub worker_cpus: String,
     /// `stats detail`.
     pub prefix_stats: PrefixStats,
+    /// `watch`.
+    pub watchers: Watchers,
 }
 
 impl Shared {
@@ -71,6 +74,7 @@ impl Shared {
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             prefix_stats: PrefixStats::new(b':'),
+            watchers: Watchers::default(),
         }
     }
 }

@@ -184,7 +184,18 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                 AdminCommand::LruCrawler => ops.lru_crawler(&words),
                 AdminCommand::Slabs => ops.slabs(&words),
                 AdminCommand::Lru => ops.lru(&words),
-                AdminCommand::Watch | AdminCommand::CacheMemlimit => {
+                AdminCommand::Watch if !out.buf().is_empty() => {
+                    ops.refused();
+                    AdminReply::Status("ERROR cannot pipeline other commands before watch")
+                }
+                AdminCommand::Watch => match ops.watch(&words) {
+                    Ok(kinds) => {
+                        out.buf().extend_from_slice(ascii::OK);
+                        return (Step::Done(0), After::Watch(kinds));
+                    }
+                    Err(reply) => reply,
+                },
+                AdminCommand::CacheMemlimit => {
                     ops.refused();
                     AdminReply::Error
                 }

@@ -12,10 +12,11 @@ use tern_proto::ascii;
 
 use crate::conn::{Conn, Drive, Limits};
 use crate::conn_table::ConnEntry;
-use crate::net::Listener;
+use crate::net::{Listener, Stream};
 use crate::ops::Ops;
 use crate::shared::Shared;
 use crate::udp::UdpServer;
+use crate::watch::Kind;
 
 /// Woken by the main thread to stop.
 pub const WAKER: Token = Token(0);
@@ -210,6 +211,7 @@ impl Worker {
                 continue;
             }
             let entry = ConnEntry::client(&conn.stream, self.shared.store.clock().now());
+            let activity_fd = entry.fd;
             let activity = (entry.fd, entry.last_cmd.clone());
             if idx < self.activity.len() {
                 self.activity[idx] = activity;
@@ -217,6 +219,7 @@ impl Worker {
                 self.activity.push(activity);
             }
             self.conn_table().push(entry);
+            log_conn_event(&self.shared, &conn.stream, activity_fd, "conn_new", "");
             self.conns[idx] = Some(conn);
             tracing::debug!(worker = self.id, conn = idx, "new connection");
         }
@@ -272,8 +275,18 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
-            // Out of the table before the descriptor closes and can be reused.
+            if let Some(id) = conn.watch_id() {
+                self.shared.watchers.remove(id);
+            }
             let fd = self.activity[idx].0;
+            log_conn_event(
+                &self.shared,
+                &conn.stream,
+                fd,
+                "conn_close",
+                " reason=normal",
+            );
+            // Out of the table before the descriptor closes and can be reused.
             self.conn_table().retain(|e| e.fd != fd);
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
             self.shared.workers[self.id].metrics.conn_closed();
@@ -302,4 +315,20 @@ impl Worker {
             self.close(idx);
         }
     }
+}
+
+/// memcached's `conn_new` / `conn_close` watch lines.
+fn log_conn_event(shared: &Shared, stream: &Stream, fd: i32, event: &str, reason: &str) {
+    if !shared.watchers.watching(Kind::Connevents) {
+        return;
+    }
+    let (peer, transport) = match stream {
+        Stream::Tcp(s) => (s.peer_addr().ok(), "tcp"),
+        Stream::Unix(_) => (None, "local"),
+    };
+    let (ip, port) = peer.map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
+    shared.watchers.log(
+        Kind::Connevents,
+        format_args!("type={event} rip={ip} rport={port} transport={transport}{reason} cfd={fd}"),
+    );
 }

@@ -57,6 +57,16 @@ impl Ops<'_> {
         self.admin_reply(reply)
     }
 
+    /// `watch [KIND...]`: the kinds to stream (see `watch.rs`), or why not.
+    pub fn watch(&self, words: &[&[u8]]) -> Result<u8, AdminReply> {
+        let kinds = crate::watch::parse_kinds(words).ok_or(AdminReply::Error);
+        self.admin_reply(match kinds {
+            Ok(_) => AdminReply::Ok,
+            Err(error) => error,
+        });
+        kinds
+    }
+
     /// `slabs automove 0|1|2` (accepted: tern moves no pages between classes) and `slabs
     /// reassign SRC DST` (one class: nothing to move).
     pub fn slabs(&self, words: &[&[u8]]) -> AdminReply {

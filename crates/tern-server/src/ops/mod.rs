@@ -20,6 +20,7 @@ use tern_store::{
 use crate::prefix_stats::PrefixEvent;
 use crate::recording::WorkerState;
 use crate::shared::Shared;
+use crate::watch::{Kind, LoggedKey};
 
 mod admin;
 mod stats;
@@ -143,13 +144,73 @@ impl<'a> Ops<'a> {
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        let found = match touch {
-            None => self.store().get(key, read),
-            Some(expiry) => self.store().get_and_touch(key, expiry, read),
+        let found = if self.shared.watchers.watching(Kind::Fetchers) {
+            let mut size = 0;
+            let found = self.lookup(key, touch, |item| {
+                size = item.value.len();
+                read(item)
+            });
+            self.log_fetch(key, found.is_ok(), size);
+            found
+        } else {
+            self.lookup(key, touch, read)
         };
         self.record_key(cmd, lookup_outcome(&found), key);
         self.prefix_lookup(cmd, key, found.is_ok());
         found
+    }
+
+    #[inline]
+    fn lookup<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Miss> {
+        match touch {
+            None => self.store().get(key, read),
+            Some(expiry) => self.store().get_and_touch(key, expiry, read),
+        }
+    }
+
+    /// memcached's `item_get` watch line.
+    fn log_fetch(&self, key: &[u8], found: bool, size: usize) {
+        let (status, class) = if found {
+            ("found", 1)
+        } else {
+            ("not_found", 0)
+        };
+        self.shared.watchers.log(
+            Kind::Fetchers,
+            format_args!(
+                "type=item_get key={} status={status} clsid={class} cfd={} size={size}",
+                LoggedKey(key),
+                self.worker.serving_fd.load(Ordering::Relaxed)
+            ),
+        );
+    }
+
+    /// memcached's `item_store` watch line.
+    fn log_store(&self, cmd: Cmd, key: &[u8], status: &str, expiry: Expiry, size: usize) {
+        let command = match cmd {
+            Cmd::Add => "add",
+            Cmd::Replace => "replace",
+            Cmd::Append => "append",
+            Cmd::Prepend => "prepend",
+            Cmd::Cas => "cas",
+            _ => "set",
+        };
+        let ttl = expiry.remaining(self.now()).unwrap_or(0);
+        let class = u8::from(status != "too_large");
+        self.shared.watchers.log(
+            Kind::Mutations,
+            format_args!(
+                "type=item_store key={} status={status} cmd={command} ttl={ttl} clsid={class} \
+                 cfd={} size={size}",
+                LoggedKey(key),
+                self.worker.serving_fd.load(Ordering::Relaxed)
+            ),
+        );
     }
 
     /// A read that may change the item's meta marks (meta's `mg`); `peek` leaves the fetched
@@ -201,20 +262,29 @@ impl<'a> Ops<'a> {
         expiry: Expiry,
         value: &[u8],
     ) -> StoreOutcome {
-        self.store_with(cmd, key, |store| store.store(op, key, flags, expiry, value))
+        self.store_with(cmd, key, expiry, value, |store| {
+            store.store(op, key, flags, expiry, value)
+        })
     }
 
     /// A storage command that takes several store calls (meta's `ms` with `I` or `N`); the
-    /// last outcome is what the request recorded.
+    /// last outcome is what the request recorded. `expiry` and `value` are the request's, for
+    /// the watch line.
     pub fn store_with(
         &self,
         cmd: Cmd,
         key: &[u8],
+        expiry: Expiry,
+        value: &[u8],
         write: impl FnOnce(&Store) -> StoreOutcome,
     ) -> StoreOutcome {
         self.prefix(key, PrefixEvent::Set);
         let outcome = write(self.store());
-        self.record_key(cmd, store_outcome(outcome), key);
+        let recorded = store_outcome(outcome);
+        self.record_key(cmd, recorded, key);
+        if self.shared.watchers.watching(Kind::Mutations) {
+            self.log_store(cmd, key, recorded.label(), expiry, value.len());
+        }
         outcome
     }
 
@@ -230,6 +300,9 @@ impl<'a> Ops<'a> {
     pub fn too_large(&self, cmd: Cmd, key: &[u8]) {
         self.record(Cmd::Invalid, Outcome::TooLarge);
         self.prefix(key, PrefixEvent::Set);
+        if self.shared.watchers.watching(Kind::Mutations) {
+            self.log_store(cmd, key, "too_large", Expiry::NEVER, 0);
+        }
         if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
             self.store().delete(key);
         }

@@ -1,0 +1,223 @@
+//! memcached's `watch`: connections that asked for a stream of log lines of some kinds (item
+//! fetches, stores, evictions, connection events) receive them as the workers serve requests.
+//! A leaf module, shared by every worker.
+//!
+//! Nobody watching costs a request one relaxed load of [`Watchers::watching`]'s mask. While
+//! someone watches, a worker formats the line and sends it to each watcher's socket without
+//! blocking; a line that does not fit the socket's buffer is dropped and counted, and the next
+//! line that fits is preceded by memcached's `skipped=N` notice, so a slow watcher never slows
+//! the server.
+
+use std::fmt::{self, Write as _};
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The kinds of log line a watcher can ask for (memcached's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `item_get` for every key looked up.
+    Fetchers = 1,
+    /// `item_store` for every storage command.
+    Mutations = 2,
+    /// `conn_new` and `conn_close`.
+    Connevents = 8,
+}
+
+/// memcached's `watch` words, and those memcached knows but tern has nothing to log for
+/// (its system, raw-command and proxy streams): accepted, they log nothing.
+pub fn parse_kinds(words: &[&[u8]]) -> Option<u8> {
+    if words.is_empty() {
+        return Some(Kind::Fetchers as u8);
+    }
+    words.iter().try_fold(0u8, |mask, word| {
+        let kind = match *word {
+            b"fetchers" => Kind::Fetchers as u8,
+            b"mutations" => Kind::Mutations as u8,
+            b"connevents" => Kind::Connevents as u8,
+            b"sysevents" | b"rawcmds" | b"proxyreqs" | b"proxyevents" | b"proxyuser" => 0,
+            _ => return None,
+        };
+        Some(mask | kind)
+    })
+}
+
+struct Watcher {
+    id: u64,
+    kinds: u8,
+    socket: Box<dyn Write + Send>,
+    /// Lines dropped since the last one sent.
+    skipped: u64,
+}
+
+/// Everyone watching, and the union of what they watch.
+#[derive(Default)]
+pub struct Watchers {
+    mask: AtomicU8,
+    /// memcached's global id of a log line.
+    gid: AtomicU64,
+    next_id: AtomicU64,
+    watchers: Mutex<Vec<Watcher>>,
+}
+
+impl Watchers {
+    /// Whether anyone watches `kind` (one relaxed load: the request path's only cost).
+    #[inline]
+    pub fn watching(&self, kind: Kind) -> bool {
+        self.mask.load(Ordering::Relaxed) & kind as u8 != 0
+    }
+
+    /// Starts streaming `kinds` to `socket` (a non-blocking duplicate of the watcher's
+    /// connection), after `greeting` (the `watch` command's `OK`): both under the lock that
+    /// log lines take, so the greeting comes first and nothing logged after it is missed.
+    /// The id it returns names the watcher for [`Watchers::remove`].
+    pub fn add(
+        &self,
+        kinds: u8,
+        mut socket: Box<dyn Write + Send>,
+        greeting: &[u8],
+    ) -> std::io::Result<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut watchers = self.lock();
+        socket.write_all(greeting)?;
+        watchers.push(Watcher {
+            id,
+            kinds,
+            socket,
+            skipped: 0,
+        });
+        self.publish(&watchers);
+        Ok(id)
+    }
+
+    pub fn remove(&self, id: u64) {
+        let mut watchers = self.lock();
+        watchers.retain(|w| w.id != id);
+        self.publish(&watchers);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Watcher>> {
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, watchers: &[Watcher]) {
+        let mask = watchers.iter().fold(0, |mask, w| mask | w.kinds);
+        self.mask.store(mask, Ordering::Relaxed);
+    }
+
+    /// Sends one line of `kind` to whoever watches it: `ts=... gid=... ` then `fields`.
+    pub fn log(&self, kind: Kind, fields: fmt::Arguments<'_>) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let gid = self.gid.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut line = String::with_capacity(160);
+        let _ = writeln!(
+            line,
+            "ts={}.{:06} gid={gid} {fields}",
+            now.as_secs(),
+            now.subsec_micros()
+        );
+        let mut watchers = self.lock();
+        let before = watchers.len();
+        watchers.retain_mut(|w| w.kinds & kind as u8 == 0 || w.send(&line));
+        if watchers.len() != before {
+            self.publish(&watchers);
+        }
+    }
+}
+
+impl Watcher {
+    /// False when the watcher is gone (its socket failed).
+    fn send(&mut self, line: &str) -> bool {
+        let mut text = String::new();
+        if self.skipped > 0 {
+            text = format!("skipped={}\n", self.skipped);
+        }
+        text.push_str(line);
+        match self.socket.write(text.as_bytes()) {
+            Ok(n) if n == text.len() => {
+                self.skipped = 0;
+                true
+            }
+            // A partial line would garble the stream: the rest is lost with the socket's
+            // buffer full, so the watcher is dropped, as a watcher that stopped reading.
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                self.skipped += 1;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// A key as memcached's log lines show it: URL-encoded (RFC 3986 unreserved bytes as they are).
+pub struct LoggedKey<'a>(pub &'a [u8]);
+
+impl fmt::Display for LoggedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for &b in self.0 {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                f.write_char(b as char)?;
+            } else {
+                write!(f, "%{b:02X}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<StdMutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_reach_the_watchers_of_their_kind_only() {
+        let watchers = Watchers::default();
+        assert!(!watchers.watching(Kind::Fetchers));
+        let sink = Sink::default();
+        let id = watchers.add(
+            parse_kinds(&[b"mutations"]).unwrap(),
+            Box::new(sink.clone()),
+        );
+        assert!(watchers.watching(Kind::Mutations) && !watchers.watching(Kind::Fetchers));
+        watchers.log(Kind::Fetchers, format_args!("type=item_get"));
+        watchers.log(
+            Kind::Mutations,
+            format_args!("type=item_store key={}", LoggedKey(b"k:1")),
+        );
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert!(text.starts_with("OK\r\nts="), "{text}");
+        assert!(
+            text.ends_with(" gid=2 type=item_store key=k%3A1\n"),
+            "{text}"
+        );
+        watchers.remove(id);
+        assert!(!watchers.watching(Kind::Mutations));
+    }
+
+    #[test]
+    fn kinds_are_memcacheds_words() {
+        assert_eq!(parse_kinds(&[]), Some(Kind::Fetchers as u8));
+        assert_eq!(parse_kinds(&[b"mutations", b"connevents"]), Some(2 | 8));
+        assert_eq!(parse_kinds(&[b"sysevents"]), Some(0));
+        assert_eq!(parse_kinds(&[b"bogus"]), None);
+    }
+}
