@@ -80,14 +80,20 @@ impl Watchers {
     ) -> std::io::Result<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut watchers = self.lock();
-        socket.write_all(greeting)?;
+        // The workers learn of the new kinds before the client learns it is watching (the
+        // greeting), so nothing the client does after the greeting goes unlogged.
+        self.mask
+            .store(self.mask.load(Ordering::Relaxed) | kinds, Ordering::Relaxed);
+        if let Err(e) = socket.write_all(greeting) {
+            self.publish(&watchers);
+            return Err(e);
+        }
         watchers.push(Watcher {
             id,
             kinds,
             socket,
             skipped: 0,
         });
-        self.publish(&watchers);
         Ok(id)
     }
 
@@ -193,10 +199,10 @@ mod tests {
         let watchers = Watchers::default();
         assert!(!watchers.watching(Kind::Fetchers));
         let sink = Sink::default();
-        let id = watchers.add(
-            parse_kinds(&[b"mutations"]).unwrap(),
-            Box::new(sink.clone()),
-        );
+        let kinds = parse_kinds(&[b"mutations"]).unwrap();
+        let id = watchers
+            .add(kinds, Box::new(sink.clone()), b"OK\r\n")
+            .unwrap();
         assert!(watchers.watching(Kind::Mutations) && !watchers.watching(Kind::Fetchers));
         watchers.log(Kind::Fetchers, format_args!("type=item_get"));
         watchers.log(
