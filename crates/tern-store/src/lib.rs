@@ -7,7 +7,7 @@
 //!
 //! # Design (after Pelikan's segcache, NSDI'21)
 //! - The heap (`Config::heap_bytes`, memcached's `-m`) is one mapping made at start, cut into
-//!   equal segments. Items are appended log-style to a segment; an item carries a 4-15 byte
+//!   equal segments. Items are appended log-style to a segment; an item carries a 4-23 byte
 //!   header (see `item.rs`) and nothing else.
 //! - The store is split into shards by key hash. A shard owns its own lock, hash index, TTL
 //!   groups and counters; segments move between shards only through a small free pool, taken
@@ -1927,7 +1927,7 @@ impl Store {
 
     /// Takes back the memory of expired items without waiting for them to be read: every
     /// segment whose items have all expired is freed whole (`reclaimed_segments`). The server
-    /// calls this from a background thread, about once a second.
+    /// calls this from its clock thread every few seconds (tern-server: every 10 s).
     pub fn reclaim_expired(&self) {
         let now = self.clock.now();
         for shard in 0..self.shards.len() {
