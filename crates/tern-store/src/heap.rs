@@ -75,8 +75,8 @@ impl Heap {
     ///
     /// # Safety
     /// `start + len` is within the mapping, and for the life of the slice no other reference into
-    /// those bytes exists: the caller owns the segments that hold them (its shard lock is held
-    /// and the segments belong to that shard, or they are a run reserved by the caller alone).
+    /// those bytes exists: the caller holds the lock of the shard that owns the segments holding
+    /// them (`Segments::read` and `Segments::write`, the only callers, see to it).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [u8] {
         debug_assert!(start + len <= self.len);

@@ -1,6 +1,6 @@
 //! An item as laid out in a segment: a 4-to-23-byte header, the key, the value. No padding and
 //! no per-item CAS, time stamp or pointers: the CAS comes from where the item lives (see
-//! `Store::cas_of`), the TTL group from the segment, and the hash index points at the item.
+//! `Segments::cas_of`), the TTL group from the segment, and the hash index points at the item.
 //!
 //! ```text
 //! byte 0      key length (1..=250)
@@ -22,6 +22,8 @@ pub(crate) const FETCHED: u8 = 1 << 4;
 pub(crate) const STALE: u8 = 1 << 5;
 pub(crate) const WIN_SENT: u8 = 1 << 6;
 pub(crate) const REFERENCED: u8 = 1 << 7;
+/// The bits that say what happened to the item rather than how it is laid out.
+pub(crate) const STATE_BITS: u8 = FETCHED | STALE | WIN_SENT | REFERENCED;
 
 /// In the access byte: the item carries its CAS (see the layout above).
 const HAS_CAS: u8 = 0x80;
@@ -114,7 +116,7 @@ pub(crate) fn write(
     debug_assert!(expiry == 0 || expiry_field);
     let value_len = parts[0].len() + parts[1].len();
     let width = vlen_width(value_len);
-    let mut bits = (width as u8 - 1) | (keep_bits & !(VLEN_WIDTH | HAS_FLAGS | HAS_EXPIRY));
+    let mut bits = (width as u8 - 1) | (keep_bits & STATE_BITS);
     buf[0] = key.len() as u8;
     buf[ACCESS] = (access & AGE_MASK) | if cas.is_some() { HAS_CAS } else { 0 };
     buf[VLEN..VLEN + width].copy_from_slice(&(value_len as u32).to_le_bytes()[..width]);

@@ -1,0 +1,102 @@
+//! `flush_all`: one global mark (deadline and generation) that each shard applies itself, on
+//! its first operation once the deadline has come, so a flush never stops the world.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::segments::{get32, NO_SEGMENT};
+use crate::shard::{Key, Shard};
+use crate::store::{locked, Store};
+use crate::ttl::GROUPS;
+use crate::{Miss, UnixSecs};
+
+pub(crate) struct Flush {
+    /// The latest `flush_all`: deadline (high 32 bits) and generation (low 32 bits).
+    mark: AtomicU64,
+    /// Serialises `flush_all`s, so a new mark never overtakes the catch-up of an older one.
+    serial: Mutex<()>,
+}
+
+impl Flush {
+    pub(crate) fn new() -> Flush {
+        Flush {
+            mark: AtomicU64::new(0),
+            serial: Mutex::new(()),
+        }
+    }
+
+    /// The generation a shard that has applied `applied` must apply at `now`, if any.
+    #[inline]
+    fn due(&self, applied: u32, now: UnixSecs) -> Option<u32> {
+        let mark = self.mark.load(Relaxed);
+        let (at, seq) = ((mark >> 32) as u32, mark as u32);
+        (seq != applied && at <= now).then_some(seq)
+    }
+}
+
+impl Store {
+    /// Applies a `flush_all` that has come due for this shard; reports `Flushed` when `key`
+    /// was among the items it removed.
+    #[inline]
+    pub(crate) fn catch_up_flush(
+        &self,
+        sh: &mut Shard,
+        key: Option<Key>,
+        now: UnixSecs,
+    ) -> Result<(), Miss> {
+        let Some(seq) = self.flush.due(sh.flush_seq, now) else {
+            return Ok(());
+        };
+        let had_key = key.is_some_and(|key| self.lookup(sh, key).is_some());
+        self.clear_shard(sh);
+        sh.flush_seq = seq;
+        if had_key {
+            Err(Miss::Flushed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn clear_shard(&self, sh: &mut Shard) {
+        for g in 0..GROUPS {
+            while let Some(head) = sh.chains[g].pop_front() {
+                let run = get32(&self.segs.meta(head).run_len);
+                sh.freed.extend(head..head + run);
+            }
+            sh.active[g] = NO_SEGMENT;
+        }
+        sh.index.clear();
+        sh.churn += 1;
+        let c = &mut sh.counters;
+        (c.curr_items, c.bytes, c.item_bytes) = (0, 0, 0);
+        self.release(sh, false);
+    }
+
+    /// Runs `visit` on every shard in turn, each brought up to date with any flush that has
+    /// come due.
+    pub(crate) fn each_shard(&self, now: UnixSecs, mut visit: impl FnMut(&mut Shard)) {
+        for shard in 0..self.shards.len() {
+            let mut guard = self.lock(shard);
+            let _ = self.catch_up_flush(&mut guard, None, now);
+            visit(&mut guard);
+        }
+    }
+
+    /// `flush_all [delay]`: items stored before `now + delay` stop being served from then on.
+    /// Each shard is emptied by its first operation once the deadline has come (an immediate
+    /// flush empties them all now).
+    pub fn flush_all(&self, delay_secs: u32) {
+        let _serial = locked(&self.flush.serial);
+        let now = self.clock.now();
+        // A flush already due must not be cancelled by the new mark.
+        self.each_shard(now, |_| ());
+        let seq = (self.flush.mark.load(Relaxed) as u32).wrapping_add(1);
+        let at = now.saturating_add(delay_secs);
+        self.flush
+            .mark
+            .store(((at as u64) << 32) | seq as u64, Relaxed);
+        if delay_secs == 0 {
+            self.each_shard(now, |_| ());
+        }
+    }
+}

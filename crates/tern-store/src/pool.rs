@@ -1,0 +1,159 @@
+//! The free-segment pool, shared by all shards: a bitmap rather than a list, so a large item
+//! can find a run of contiguous free segments.
+
+use std::sync::MutexGuard;
+
+use crate::store::{locked, Store};
+
+pub(crate) struct Pool {
+    free: Vec<u64>,
+    /// Reserved for a large item being made room for: never handed out, even once free.
+    claimed: Vec<u64>,
+    free_count: usize,
+    segments: usize,
+    /// Where the next large-item window starts, so evictions for runs rotate over the heap.
+    window: usize,
+}
+
+fn bit(bits: &[u64], i: usize) -> bool {
+    bits[i / 64] & (1 << (i % 64)) != 0
+}
+
+fn set_bit(bits: &mut [u64], i: usize, on: bool) {
+    if on {
+        bits[i / 64] |= 1 << (i % 64);
+    } else {
+        bits[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(segments: usize) -> Pool {
+        let words = segments.div_ceil(64);
+        let mut pool = Pool {
+            free: vec![0; words],
+            claimed: vec![0; words],
+            free_count: segments,
+            segments,
+            window: 0,
+        };
+        for i in 0..segments {
+            set_bit(&mut pool.free, i, true);
+        }
+        pool
+    }
+
+    pub(crate) fn free_count(&self) -> usize {
+        self.free_count
+    }
+
+    pub(crate) fn is_free(&self, seg: u32) -> bool {
+        bit(&self.free, seg as usize)
+    }
+
+    pub(crate) fn is_claimed(&self, seg: u32) -> bool {
+        bit(&self.claimed, seg as usize)
+    }
+
+    /// The lowest free segment: low segments are reused first, so untouched pages stay out of
+    /// RSS as long as possible.
+    pub(crate) fn take(&mut self) -> Option<u32> {
+        let word = self.free.iter().position(|&w| w != 0)?;
+        let i = word * 64 + self.free[word].trailing_zeros() as usize;
+        set_bit(&mut self.free, i, false);
+        self.free_count -= 1;
+        Some(i as u32)
+    }
+
+    /// Takes `seg` back, unless a large write has claimed it (the claim takes it instead).
+    pub(crate) fn give(&mut self, seg: u32) {
+        let i = seg as usize;
+        if !bit(&self.claimed, i) {
+            debug_assert!(!bit(&self.free, i));
+            set_bit(&mut self.free, i, true);
+            self.free_count += 1;
+        }
+    }
+
+    /// The first run of `len` free segments.
+    pub(crate) fn find_run(&self, len: usize) -> Option<usize> {
+        let mut start = 0;
+        for i in 0..self.segments {
+            if !bit(&self.free, i) {
+                start = i + 1;
+            } else if i + 1 - start == len {
+                return Some(start);
+            }
+        }
+        None
+    }
+
+    /// Takes the free run `find_run` found.
+    pub(crate) fn take_run(&mut self, start: usize, len: usize) {
+        for seg in start..start + len {
+            debug_assert!(bit(&self.free, seg));
+            set_bit(&mut self.free, seg, false);
+        }
+        self.free_count -= len;
+    }
+
+    /// Claims the next window of `len` segments, from where the last one ended, that no other
+    /// large write has claimed and whose every segment is `usable`; its free segments leave
+    /// the pool, and the others stay out of it when freed, until `unclaim`.
+    pub(crate) fn claim_window(
+        &mut self,
+        len: usize,
+        usable: impl Fn(u32) -> bool,
+    ) -> Option<usize> {
+        let starts = self.segments - len + 1;
+        let start = (0..starts)
+            .map(|i| (self.window + i) % starts)
+            .find(|&s| (s..s + len).all(|seg| !bit(&self.claimed, seg) && usable(seg as u32)))?;
+        self.window = start + len;
+        for seg in start..start + len {
+            set_bit(&mut self.claimed, seg, true);
+            if bit(&self.free, seg) {
+                set_bit(&mut self.free, seg, false);
+                self.free_count -= 1;
+            }
+        }
+        Some(start)
+    }
+
+    pub(crate) fn unclaim(&mut self, start: usize, len: usize) {
+        for seg in start..start + len {
+            set_bit(&mut self.claimed, seg, false);
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
+        locked(&self.pool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_segments_first_and_claims_keep_segments_out() {
+        let mut pool = Pool::new(70);
+        assert_eq!((pool.take(), pool.take()), (Some(0), Some(1)));
+        assert_eq!(pool.find_run(68), Some(2));
+        assert_eq!(pool.find_run(69), None);
+        pool.give(0);
+        assert_eq!(pool.find_run(69), None);
+        assert_eq!(pool.claim_window(3, |seg| seg != 2), Some(3));
+        assert_eq!(pool.free_count(), 69 - 3);
+        assert!(!pool.is_free(4) && pool.is_claimed(4));
+        pool.unclaim(3, 3);
+        pool.give(4);
+        assert_eq!(pool.free_count(), 69 - 2);
+        pool.take_run(64, 6);
+        assert_eq!(pool.free_count(), 69 - 8);
+        assert_eq!((pool.find_run(58), pool.find_run(59)), (Some(6), None));
+        assert_eq!(pool.take(), Some(0));
+    }
+}

@@ -1,0 +1,157 @@
+//! Reads: get, get-and-touch, touch and the meta protocol's marked reads, all one path that
+//! hands a borrowed view of the item to the caller's closure under the shard's lock.
+
+use crate::item::{self, Header};
+use crate::segments::get32;
+use crate::shard::{Found, Key, Shard, Version};
+use crate::store::Store;
+use crate::ttl::raise_max_expiry;
+use crate::{Expiry, ItemView, Marks, Miss, UnixSecs};
+
+impl Store {
+    /// Looks `key` up and hands the item to `read`.
+    pub fn get<R>(&self, key: &[u8], read: impl FnOnce(ItemView<'_>) -> R) -> Result<R, Miss> {
+        self.read_item::<true, _>(key, None, |item, _| read(item))
+    }
+
+    /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
+    pub fn get_and_touch<R>(
+        &self,
+        key: &[u8],
+        expiry: Expiry,
+        read: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item::<true, _>(key, Some(expiry), |item, _| read(item))
+    }
+
+    /// For the meta protocol: like `get`/`get_and_touch`, and `read` may change the item's
+    /// stale and win-token marks, which are saved with the read (e.g. `mg` handing out a win
+    /// token sets `win_sent` in the same locked step that saw it clear).
+    pub fn get_marked<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item::<true, _>(key, touch, read)
+    }
+
+    /// `get_marked` for meta's `u` flag (memcached's "no LRU bump"): the read leaves the
+    /// fetched mark, the recently-read mark merge eviction keeps items by, and the access time
+    /// as they were. Only the marks `read` changes are saved.
+    pub fn peek_marked<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item::<false, _>(key, touch, read)
+    }
+
+    /// Sets the expiry of `key`; false when it is not there.
+    pub fn touch(&self, key: &[u8], expiry: Expiry) -> bool {
+        self.read_item::<true, _>(key, Some(expiry), |_, _| ())
+            .is_ok()
+    }
+
+    /// A read; with `BUMP` (every read but meta's `u`) it marks the item fetched and recently
+    /// read and updates its access time. A const parameter, so a plain get carries no test.
+    fn read_item<const BUMP: bool, R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        let (shard, key) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        self.catch_up_flush(sh, Some(key), now)?;
+        let mut found = self.live(sh, key, now)?;
+        if let Some(expiry) = touch {
+            found = self.set_expiry(sh, found, key, expiry.0, now)?;
+        }
+        let cas = self.segs.cas_of(found.loc, &found.hdr);
+        let created = get32(&self.segs.meta(found.loc.seg).created);
+        let h = found.hdr;
+        // The reader cannot keep the borrowed view: it ends with this function.
+        let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
+        let mut marks = Marks {
+            stale: h.has(item::STALE),
+            win_sent: h.has(item::WIN_SENT),
+        };
+        let result = read(
+            ItemView {
+                value: &item[h.value_range()],
+                flags: h.flags,
+                cas,
+                expiry: Expiry(h.expiry),
+                fetched: h.has(item::FETCHED),
+                last_access: created + item::decode_age(h.access),
+                stale: marks.stale,
+                win_sent: marks.win_sent,
+            },
+            &mut marks,
+        );
+        let mark = |on: bool, bit: u8| if on { bit } else { 0 };
+        let bump = if BUMP {
+            item::FETCHED | item::REFERENCED
+        } else {
+            0
+        };
+        let set = bump | mark(marks.stale, item::STALE) | mark(marks.win_sent, item::WIN_SENT);
+        let clear = mark(!marks.stale, item::STALE) | mark(!marks.win_sent, item::WIN_SENT);
+        // Only write when something changes: repeated reads leave the cache line clean.
+        if (h.bits & !clear) | set != h.bits {
+            item::set_bits(item, set, clear);
+        }
+        if BUMP {
+            let access = item::encode_age(now.saturating_sub(created));
+            if access != h.access {
+                item::set_access(item, access);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Gives an item a new deadline: in place when it has an expiry field, else by rewriting it
+    /// with one (the one case besides merge where a value keeps its bytes but gets a new CAS).
+    pub(crate) fn set_expiry(
+        &self,
+        sh: &mut Shard,
+        found: Found,
+        key: Key,
+        expiry: u32,
+        now: UnixSecs,
+    ) -> Result<Found, Miss> {
+        let h = found.hdr;
+        if let Some(at) = h.expiry_at() {
+            let field = found.loc.off as usize + at;
+            self.segs.write(&mut sh.owner, found.loc.seg)[field..field + 4]
+                .copy_from_slice(&expiry.to_le_bytes());
+            raise_max_expiry(self.segs.meta(found.loc.seg), expiry);
+            return Ok(Found {
+                hdr: Header { expiry, ..h },
+                ..found
+            });
+        }
+        if expiry == 0 {
+            return Ok(found);
+        }
+        let version = Version {
+            flags: h.flags,
+            expiry,
+            // A touch keeps the item's CAS unique, as memcached's does.
+            cas: self
+                .config
+                .cas_enabled
+                .then(|| self.segs.cas_of(found.loc, &h)),
+            keep_bits: h.bits & item::STATE_BITS,
+        };
+        // With eviction off and the heap full the item cannot move; it is reported missing
+        // rather than served with the wrong deadline.
+        self.rewrite(sh, key, found, version, now, Vec::extend_from_slice)
+            .ok_or(Miss::NotFound)?;
+        self.lookup(sh, key).ok_or(Miss::NotFound)
+    }
+}

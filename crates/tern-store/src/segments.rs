@@ -1,0 +1,333 @@
+//! Segments: the heap cut into equal pieces, the bookkeeping kept beside each, and the only
+//! door to their bytes.
+//!
+//! A segment belongs to one shard at a time, to the free pool, or to a large write that
+//! reserved it (`SegMeta::owner`), and only the thread holding its shard's lock may touch its
+//! bytes. That contract is kept here rather than at every use: each shard holds one [`Owner`],
+//! reachable only through the shard's lock, and [`Segments::read`] and [`Segments::write`] take
+//! it, shared or exclusive. So the borrow checker keeps a write from overlapping any other
+//! access to the same shard's bytes, and debug builds assert that the shard owns the segment
+//! (the stress tests, run in debug, check this under contention). Ownership changes only under
+//! the pool's lock (`assign`, `set_free`, `mark_pending_run`), which orders the last owner's
+//! accesses before the next one's, or on a run a large write reserved, which no one else
+//! touches until that write has linked it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use crate::heap::{Heap, PageKind};
+use crate::item::Header;
+use crate::UnixSecs;
+
+/// Bits of an item location's byte offset: the largest segment is 1 MiB.
+pub(crate) const OFFSET_BITS: u32 = 20;
+pub(crate) const NO_SEGMENT: u32 = u32::MAX;
+const OWNER_FREE: u32 = u32::MAX;
+/// A run handed to a writer that has not linked it into its shard yet.
+const OWNER_PENDING: u32 = u32::MAX - 1;
+
+/// Where an item lives: segment (run head for large items) and byte offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub(crate) seg: u32,
+    pub(crate) off: u32,
+}
+
+impl Loc {
+    /// Never 0, which marks an empty index slot.
+    pub(crate) fn pack(self) -> u64 {
+        ((self.seg as u64 + 1) << OFFSET_BITS) | self.off as u64
+    }
+
+    pub(crate) fn unpack(packed: u64) -> Loc {
+        Loc {
+            seg: (packed >> OFFSET_BITS) as u32 - 1,
+            off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
+        }
+    }
+}
+
+/// Per-segment bookkeeping, beside the heap rather than in it. Fields are atomics only so the
+/// table can be shared; each is written by whoever owns the segment (its shard, under the
+/// shard's lock, or the pool, under its lock), and ownership changes through those locks, so
+/// relaxed loads see the owner's last writes.
+/// One cache line each: neighbouring segments usually belong to different shards, and a write
+/// to one segment's counters must not slow the other shard's readers (false sharing).
+#[derive(Default)]
+#[repr(align(64))]
+pub(crate) struct SegMeta {
+    owner: AtomicU32,
+    /// First segment of the run this one belongs to (itself for an ordinary segment).
+    pub(crate) head: AtomicU32,
+    /// At a run head: segments in the run; 1 for an ordinary segment.
+    pub(crate) run_len: AtomicU32,
+    pub(crate) write_off: AtomicU32,
+    pub(crate) live: AtomicU32,
+    /// Latest deadline of any item written here; 0 when empty, `NEVER_EXPIRES` for never.
+    pub(crate) max_expiry: AtomicU32,
+    pub(crate) created: AtomicU32,
+    pub(crate) group: AtomicU32,
+    /// High bits of the CAS of every item here; renewed when items are rewritten in place.
+    epoch: AtomicU64,
+    /// Age order for FIFO and merge: the epoch the segment was opened with.
+    pub(crate) order: AtomicU64,
+}
+
+pub(crate) fn get32(a: &AtomicU32) -> u32 {
+    a.load(Relaxed)
+}
+
+pub(crate) fn set32(a: &AtomicU32, v: u32) {
+    a.store(v, Relaxed)
+}
+
+/// A shard's right to its segments' bytes. Each shard holds the one made for its id, so it is
+/// reachable only under the shard's lock.
+pub(crate) struct Owner {
+    id: u32,
+}
+
+impl Owner {
+    /// Made once per shard, by `Shard::new`.
+    pub(crate) fn new(id: u32) -> Owner {
+        Owner { id }
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+pub(crate) struct Segments {
+    heap: Heap,
+    metas: Box<[SegMeta]>,
+    /// log2 of the segment size.
+    shift: u32,
+    /// Hands out segment epochs (the high bits of CAS uniques, and age order).
+    epoch: AtomicU64,
+    cas_enabled: bool,
+}
+
+impl Segments {
+    pub(crate) fn new(heap: Heap, count: usize, shift: u32, cas_enabled: bool) -> Segments {
+        let metas: Box<[SegMeta]> = (0..count).map(|_| SegMeta::default()).collect();
+        for (i, meta) in metas.iter().enumerate() {
+            set32(&meta.owner, OWNER_FREE);
+            set32(&meta.head, i as u32);
+            set32(&meta.run_len, 1);
+        }
+        Segments {
+            heap,
+            metas,
+            shift,
+            epoch: AtomicU64::new(1),
+            cas_enabled,
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.metas.len()
+    }
+
+    #[inline]
+    pub(crate) fn size(&self) -> usize {
+        1 << self.shift
+    }
+
+    pub(crate) fn page_kind(&self) -> PageKind {
+        self.heap.pages
+    }
+
+    #[inline]
+    pub(crate) fn meta(&self, seg: u32) -> &SegMeta {
+        &self.metas[seg as usize]
+    }
+
+    pub(crate) fn next_epoch(&self) -> u64 {
+        self.epoch.fetch_add(1, Relaxed)
+    }
+
+    /// Resets the bookkeeping of `head` (a segment or run head its shard just took) for items
+    /// of TTL group `group`, with `written` bytes already reserved.
+    pub(crate) fn open(&self, head: u32, written: usize, group: usize, now: UnixSecs) {
+        let meta = self.meta(head);
+        let epoch = self.next_epoch();
+        set32(&meta.write_off, written as u32);
+        set32(&meta.live, 0);
+        set32(&meta.max_expiry, 0);
+        set32(&meta.created, now);
+        set32(&meta.group, group as u32);
+        meta.epoch.store(epoch, Relaxed);
+        meta.order.store(epoch, Relaxed);
+    }
+
+    /// Gives every item in `seg` a new CAS unique (their bytes changed in place, or they moved).
+    pub(crate) fn renew_epoch(&self, seg: u32) {
+        self.meta(seg).epoch.store(self.next_epoch(), Relaxed);
+    }
+
+    /// Hands `seg` to `owner`'s shard; called under the pool lock, or on a run the caller
+    /// reserved.
+    pub(crate) fn assign(&self, seg: u32, owner: &Owner) {
+        set32(&self.meta(seg).owner, owner.id);
+    }
+
+    /// Marks `seg` free, an ordinary segment again; called under the pool lock.
+    pub(crate) fn set_free(&self, seg: u32) {
+        let meta = self.meta(seg);
+        set32(&meta.owner, OWNER_FREE);
+        set32(&meta.head, seg);
+        set32(&meta.run_len, 1);
+    }
+
+    /// Makes `len` segments from `start` a run reserved for a writer that holds no shard lock;
+    /// called under the pool lock, so no one sees the run as free in between.
+    pub(crate) fn mark_pending_run(&self, start: u32, len: usize) {
+        for seg in start..start + len as u32 {
+            set32(&self.meta(seg).owner, OWNER_PENDING);
+            set32(&self.meta(seg).head, start);
+        }
+        set32(&self.meta(start).run_len, len as u32);
+    }
+
+    /// The shard that owns `seg`, if one does.
+    pub(crate) fn owner_shard(&self, seg: u32) -> Option<usize> {
+        match get32(&self.meta(seg).owner) {
+            OWNER_FREE | OWNER_PENDING => None,
+            shard => Some(shard as usize),
+        }
+    }
+
+    pub(crate) fn is_free(&self, seg: u32) -> bool {
+        get32(&self.meta(seg).owner) == OWNER_FREE
+    }
+
+    pub(crate) fn is_pending(&self, seg: u32) -> bool {
+        get32(&self.meta(seg).owner) == OWNER_PENDING
+    }
+
+    /// The bytes of `seg`, or of the whole run it heads, for reading.
+    #[inline(always)]
+    pub(crate) fn read<'a>(&'a self, owner: &'a Owner, seg: u32) -> &'a [u8] {
+        // SAFETY: the slice borrows `owner` shared, and writing needs it exclusive, so no
+        // mutable slice of this shard's segments is alive while this one is.
+        unsafe { self.bytes(owner, seg) }
+    }
+
+    /// The bytes of `seg`, or of the whole run it heads, for writing.
+    #[inline(always)]
+    pub(crate) fn write<'a>(&'a self, owner: &'a mut Owner, seg: u32) -> &'a mut [u8] {
+        // SAFETY: the slice borrows `owner` exclusively, so no other slice of this shard's
+        // segments is alive while this one is.
+        unsafe { self.bytes(owner, seg) }
+    }
+
+    /// The bytes of `from` for reading and of `to` for writing, at once (a copy between two
+    /// segments or runs of one shard).
+    pub(crate) fn read_write<'a>(
+        &'a self,
+        owner: &'a mut Owner,
+        from: u32,
+        to: u32,
+    ) -> (&'a [u8], &'a mut [u8]) {
+        let end = |seg: u32| seg + get32(&self.meta(seg).run_len).max(1);
+        assert!(
+            end(from) <= to || end(to) <= from,
+            "segments {from} and {to} overlap"
+        );
+        // SAFETY: both borrow `owner` exclusively, so no other slice of this shard's segments
+        // is alive, and the two do not overlap (asserted above).
+        unsafe { (self.bytes(owner, from), self.bytes(owner, to)) }
+    }
+
+    /// # Safety
+    /// No other slice of these bytes is alive for the result's life. The caller's own borrow
+    /// of `owner` is how `read`, `write` and `read_write` show that.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    unsafe fn bytes(&self, owner: &Owner, seg: u32) -> &mut [u8] {
+        let meta = self.meta(seg);
+        debug_assert_eq!(
+            get32(&meta.owner),
+            owner.id,
+            "segment {seg} touched by shard {} which does not own it",
+            owner.id
+        );
+        let run = get32(&meta.run_len).max(1) as usize;
+        // SAFETY: `seg + run <= count`, so the range is inside the heap. The segment belongs
+        // to `owner`'s shard (asserted in debug builds: a shard's index, chains and `Found`s
+        // name only its own segments, and a segment changes hands only through the pool), and
+        // an `Owner` is reachable only under its shard's lock, so no other thread touches
+        // these bytes; exclusivity within this thread is the caller's contract.
+        unsafe {
+            self.heap
+                .slice((seg as usize) << self.shift, run << self.shift)
+        }
+    }
+
+    /// The CAS unique of an item written at `loc` (its place). Offsets are below the segment
+    /// size, so shifting the epoch by the segment size's bits keeps uniques distinct and as
+    /// small as they can be (they grow by one segment's worth per segment opened).
+    pub(crate) fn place_cas(&self, loc: Loc) -> u64 {
+        if self.cas_enabled {
+            (self.meta(loc.seg).epoch.load(Relaxed) << self.shift) | loc.off as u64
+        } else {
+            0
+        }
+    }
+
+    /// The CAS unique of a stored item: the one it kept through a rewrite, else its place's.
+    pub(crate) fn cas_of(&self, loc: Loc, hdr: &Header) -> u64 {
+        match hdr.cas {
+            Some(cas) if self.cas_enabled => cas,
+            _ => self.place_cas(loc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segments() -> Segments {
+        Segments::new(Heap::new(16 << 12, false, false).unwrap(), 16, 12, true)
+    }
+
+    #[test]
+    fn an_owner_reads_what_it_wrote_across_a_run() {
+        let segs = segments();
+        let mut owner = Owner::new(3);
+        segs.mark_pending_run(4, 3);
+        for seg in 4..7 {
+            segs.assign(seg, &owner);
+        }
+        segs.write(&mut owner, 4)[(3 << 12) - 1] = 7;
+        assert_eq!(segs.read(&owner, 4).len(), 3 << 12);
+        assert_eq!(segs.read(&owner, 4)[(3 << 12) - 1], 7);
+        segs.assign(9, &owner);
+        let (from, to) = segs.read_write(&mut owner, 4, 9);
+        to[..4].copy_from_slice(&from[..4]);
+        assert_eq!(segs.owner_shard(9), Some(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "overlap")]
+    fn a_copy_within_one_run_is_refused() {
+        let segs = segments();
+        let mut owner = Owner::new(0);
+        segs.mark_pending_run(2, 4);
+        for seg in 2..6 {
+            segs.assign(seg, &owner);
+        }
+        let _ = segs.read_write(&mut owner, 2, 3);
+    }
+
+    /// The locking contract, checked where `cargo test` runs: debug builds.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "does not own it")]
+    fn touching_another_shards_segment_panics_in_debug_builds() {
+        let segs = segments();
+        segs.assign(5, &Owner::new(1));
+        let _ = segs.read(&Owner::new(2), 5);
+    }
+}

@@ -1,0 +1,111 @@
+//! The store's counters: kept per shard under its lock (a command writes only its shard's),
+//! summed when `stats` asks.
+
+use crate::segments::get32;
+use crate::store::Store;
+
+/// The store's counters for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    /// Key + value bytes of the items held.
+    pub bytes: u64,
+    pub limit_maxbytes: u64,
+    pub evictions: u64,
+    /// Expired items whose memory was taken back.
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    /// Whole segments freed by the TTL pass because every item in them had expired.
+    pub reclaimed_segments: u64,
+    /// Merge evictions run (each compacts a few segments into one).
+    pub merges: u64,
+    /// Heap bytes in segments holding items (the rest is free in the pool).
+    pub heap_used: u64,
+    /// Bytes of the hash index, outside the heap.
+    pub index_bytes: u64,
+    /// Items stored: header + key + value bytes written and still live.
+    pub item_bytes_with_headers: u64,
+    /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
+    /// long an item that is not read again stays (memcached's `stats items` age); 0 when empty.
+    pub oldest_item_age: u32,
+}
+
+/// One shard's counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) curr_items: u64,
+    pub(crate) bytes: u64,
+    pub(crate) item_bytes: u64,
+    pub(crate) total_items: u64,
+    pub(crate) evictions: u64,
+    pub(crate) reclaimed: u64,
+    pub(crate) expired_unfetched: u64,
+    pub(crate) evicted_unfetched: u64,
+    pub(crate) reclaimed_segments: u64,
+    pub(crate) merges: u64,
+}
+
+impl Counters {
+    fn add(&mut self, other: &Counters) {
+        self.curr_items += other.curr_items;
+        self.bytes += other.bytes;
+        self.item_bytes += other.item_bytes;
+        self.total_items += other.total_items;
+        self.evictions += other.evictions;
+        self.reclaimed += other.reclaimed;
+        self.expired_unfetched += other.expired_unfetched;
+        self.evicted_unfetched += other.evicted_unfetched;
+        self.reclaimed_segments += other.reclaimed_segments;
+        self.merges += other.merges;
+    }
+
+    /// Zeroes the cumulative counters, keeping the gauges.
+    fn reset_cumulative(&mut self) {
+        *self = Counters {
+            curr_items: self.curr_items,
+            bytes: self.bytes,
+            item_bytes: self.item_bytes,
+            ..Counters::default()
+        };
+    }
+}
+
+impl Store {
+    pub fn stats(&self) -> StoreStats {
+        let now = self.clock.now();
+        let mut total = Counters::default();
+        let mut index_bytes = 0;
+        let mut oldest_created = now;
+        self.each_shard(now, |sh| {
+            total.add(&sh.counters);
+            index_bytes += sh.index.bytes() as u64;
+            for &head in sh.chains.iter().filter_map(|chain| chain.front()) {
+                oldest_created = oldest_created.min(get32(&self.segs.meta(head).created));
+            }
+        });
+        let free = self.pool().free_count();
+        StoreStats {
+            curr_items: total.curr_items,
+            total_items: total.total_items,
+            bytes: total.bytes,
+            limit_maxbytes: self.config.heap_bytes as u64,
+            evictions: total.evictions,
+            reclaimed: total.reclaimed,
+            expired_unfetched: total.expired_unfetched,
+            evicted_unfetched: total.evicted_unfetched,
+            reclaimed_segments: total.reclaimed_segments,
+            merges: total.merges,
+            heap_used: ((self.segs.count() - free) * self.segs.size()) as u64,
+            index_bytes,
+            item_bytes_with_headers: total.item_bytes,
+            oldest_item_age: now - oldest_created,
+        }
+    }
+
+    /// `stats reset`: zeroes the cumulative counters (not the gauges).
+    pub fn reset_stats(&self) {
+        self.each_shard(self.clock.now(), |sh| sh.counters.reset_cumulative());
+    }
+}

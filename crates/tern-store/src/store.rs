@@ -1,0 +1,83 @@
+//! The store itself: what it is made of, and how it is built from a `Config`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::config::Geometry;
+use crate::flush::Flush;
+use crate::heap::{Heap, PageKind};
+use crate::pool::Pool;
+use crate::segments::Segments;
+use crate::shard::{Padded, Shard};
+use crate::{Clock, Config, StoreError};
+
+/// The store. `Sync`: share one behind an `Arc` across worker threads.
+pub struct Store {
+    pub(crate) config: Config,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) hasher: ahash::RandomState,
+    pub(crate) shards: Box<[Padded<Mutex<Shard>>]>,
+    pub(crate) segs: Segments,
+    pub(crate) pool: Mutex<Pool>,
+    pub(crate) flush: Flush,
+    /// Per shard, the age order of its oldest segment (`u64::MAX`: none), for `evict_for`.
+    pub(crate) oldest: Box<[AtomicU64]>,
+}
+
+/// Locks `mutex` even if a holder panicked: the store's locks guard nothing a panic can leave
+/// half-changed (a reader's closure, the only foreign code run under them, only borrows).
+pub(crate) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Store {
+    pub fn new(config: Config, clock: Arc<Clock>) -> Result<Store, StoreError> {
+        let geometry = Geometry::of(&config)?;
+        let heap = Heap::new(
+            geometry.segments << geometry.segment_shift,
+            config.large_pages,
+            config.lock_memory,
+        )?;
+        let hasher = ahash::RandomState::new();
+        let shards = (0..geometry.shards)
+            .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
+            .collect();
+        Ok(Store {
+            segs: Segments::new(
+                heap,
+                geometry.segments,
+                geometry.segment_shift,
+                config.cas_enabled,
+            ),
+            pool: Mutex::new(Pool::new(geometry.segments)),
+            flush: Flush::new(),
+            oldest: (0..geometry.shards)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
+            config,
+            clock,
+            hasher,
+            shards,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The segment size in use (after `Config::segment_size` 0 picked one).
+    pub fn segment_size(&self) -> usize {
+        self.segs.size()
+    }
+
+    /// How the heap's pages are backed.
+    pub fn page_kind(&self) -> PageKind {
+        self.segs.page_kind()
+    }
+}

@@ -1,0 +1,217 @@
+//! The store's behaviour through its public API, command by command.
+
+use std::sync::Arc;
+
+use crate::*;
+
+const T0: UnixSecs = 1_700_000_000;
+
+fn store() -> Store {
+    Store::new(Config::default(), Arc::new(Clock::manual(T0))).unwrap()
+}
+
+fn get(s: &Store, key: &[u8]) -> Result<Vec<u8>, Miss> {
+    s.get(key, |item| item.value.to_vec())
+}
+
+#[test]
+fn set_then_get() {
+    let s = store();
+    assert!(matches!(
+        s.store(StoreOp::Set, b"k", 5, Expiry::NEVER, b"v"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(get(&s, b"k"), Ok(b"v".to_vec()));
+    assert_eq!(s.get(b"k", |i| i.flags), Ok(5));
+}
+
+#[test]
+fn items_expire_with_the_clock() {
+    let s = store();
+    s.store(StoreOp::Set, b"k", 0, Expiry::from_exptime(2, T0), b"v");
+    s.clock().advance(1);
+    assert!(get(&s, b"k").is_ok());
+    s.clock().advance(1);
+    assert_eq!(get(&s, b"k"), Err(Miss::Expired));
+}
+
+#[test]
+fn total_items_counts_stores_and_outgrown_counters_only() {
+    let s = store();
+    s.store(StoreOp::Set, b"a", 0, Expiry::NEVER, b"aa");
+    s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"5");
+    s.store(StoreOp::Add, b"a", 0, Expiry::NEVER, b"x");
+    let _ = s.incr_decr(b"n", Arith::Incr, 2, None);
+    let _ = s.incr_decr(b"n", Arith::Decr, 1, None);
+    assert!(s.touch(b"a", Expiry(s.clock().now() + 100)));
+    assert_eq!(s.stats().total_items, 2);
+    // 6 -> 106 no longer fits where 6 was: memcached links a new item and counts it.
+    let _ = s.incr_decr(b"n", Arith::Incr, 100, None);
+    assert_eq!(s.stats().total_items, 3);
+}
+
+#[test]
+fn incr_decr_follow_memcached() {
+    let s = store();
+    s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"100");
+    let value = |r: Result<Counted, ArithError>| r.map(|c| c.value);
+    assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1, None)), Ok(99));
+    assert_eq!(get(&s, b"n"), Ok(b"99 ".to_vec()));
+    assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1000, None)), Ok(0));
+    s.store(
+        StoreOp::Set,
+        b"n",
+        0,
+        Expiry::NEVER,
+        b"18446744073709551615",
+    );
+    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 2, None)), Ok(1));
+    s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b" 12");
+    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 1, None)), Ok(13));
+    s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"abc");
+    assert_eq!(
+        s.incr_decr(b"n", Arith::Incr, 1, None),
+        Err(ArithError::NonNumeric)
+    );
+    assert_eq!(
+        s.incr_decr(b"missing", Arith::Incr, 1, None),
+        Err(ArithError::NotFound)
+    );
+}
+
+#[test]
+fn cas_add_replace_append() {
+    let s = store();
+    assert_eq!(
+        s.store(StoreOp::Replace, b"k", 0, Expiry::NEVER, b"x"),
+        StoreOutcome::NotStored
+    );
+    let StoreOutcome::Stored { cas } = s.store(StoreOp::Add, b"k", 0, Expiry::NEVER, b"a") else {
+        panic!("add failed")
+    };
+    assert_eq!(
+        s.store(StoreOp::Add, b"k", 0, Expiry::NEVER, b"b"),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        s.store(StoreOp::Cas(cas + 100), b"k", 0, Expiry::NEVER, b"c"),
+        StoreOutcome::Exists
+    );
+    assert!(matches!(
+        s.store(StoreOp::Cas(cas), b"k", 0, Expiry::NEVER, b"c"),
+        StoreOutcome::Stored { .. }
+    ));
+    s.store(StoreOp::Append(None), b"k", 9, Expiry::NEVER, b"d");
+    s.store(StoreOp::Prepend(None), b"k", 9, Expiry::NEVER, b"b");
+    assert_eq!(get(&s, b"k"), Ok(b"bcd".to_vec()));
+    assert_eq!(s.get(b"k", |i| i.flags), Ok(0));
+}
+
+#[test]
+fn cas_conditioned_ops_check_in_the_same_step() {
+    let s = store();
+    let set = |value: &[u8]| match s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, value) {
+        StoreOutcome::Stored { cas } => cas,
+        other => panic!("set: {other:?}"),
+    };
+    let cas = set(b"1");
+    let stale = cas + 1;
+    // Mismatch: nothing changes.
+    assert_eq!(s.delete_checked(b"k", Some(stale)), Err(Refused::Exists));
+    assert_eq!(
+        s.incr_decr(b"k", Arith::Incr, 1, Some(stale)),
+        Err(ArithError::Exists)
+    );
+    for op in [StoreOp::Append(Some(stale)), StoreOp::Prepend(Some(stale))] {
+        assert_eq!(
+            s.store(op, b"k", 0, Expiry::NEVER, b"0"),
+            StoreOutcome::Exists
+        );
+    }
+    assert_eq!(s.invalidate(b"k", None, Some(stale)), Err(Refused::Exists));
+    assert_eq!(
+        s.get(b"k", |i| (i.value.to_vec(), i.cas, i.stale)),
+        Ok((b"1".to_vec(), cas, false))
+    );
+    // Match: each op runs and hands out the CAS the next one must name.
+    let counted = s.incr_decr(b"k", Arith::Incr, 1, Some(cas)).unwrap();
+    assert_eq!(counted.value, 2);
+    assert_eq!(
+        s.get(b"k", |i| (i.cas, i.expiry)),
+        Ok((counted.cas, counted.expiry))
+    );
+    let StoreOutcome::Stored { cas } = s.store(
+        StoreOp::Append(Some(counted.cas)),
+        b"k",
+        0,
+        Expiry::NEVER,
+        b"0",
+    ) else {
+        panic!("append with the current CAS")
+    };
+    let StoreOutcome::Stored { cas } =
+        s.store(StoreOp::Prepend(Some(cas)), b"k", 0, Expiry::NEVER, b"1")
+    else {
+        panic!("prepend with the current CAS")
+    };
+    assert_eq!(get(&s, b"k"), Ok(b"120".to_vec()));
+    assert_eq!(s.invalidate(b"k", None, Some(cas)), Ok(()));
+    // memcached's `md I` gives the item a new CAS: the one read before no longer matches.
+    assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::Exists));
+    let (stale, new_cas) = s.get(b"k", |i| (i.stale, i.cas)).unwrap();
+    assert!(stale && new_cas != cas);
+    let cas = new_cas;
+    assert_eq!(s.delete_checked(b"k", Some(cas)), Ok(()));
+    // Missing: NotFound (append/prepend: NotStored, as memcached answers).
+    assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::NotFound));
+    assert_eq!(
+        s.incr_decr(b"k", Arith::Incr, 1, Some(cas)),
+        Err(ArithError::NotFound)
+    );
+    assert_eq!(s.invalidate(b"k", None, Some(cas)), Err(Refused::NotFound));
+    assert_eq!(
+        s.store(StoreOp::Append(Some(cas)), b"k", 0, Expiry::NEVER, b"0"),
+        StoreOutcome::NotStored
+    );
+}
+
+#[test]
+fn flush_now_and_later() {
+    let s = store();
+    s.store(StoreOp::Set, b"a", 0, Expiry::NEVER, b"1");
+    s.flush_all(0);
+    assert!(get(&s, b"a").is_err());
+    s.clock().advance(1);
+    s.store(StoreOp::Set, b"a", 0, Expiry::NEVER, b"1");
+    s.flush_all(5);
+    s.clock().advance(4);
+    assert!(get(&s, b"a").is_ok());
+    s.clock().advance(1);
+    assert_eq!(get(&s, b"a"), Err(Miss::Flushed));
+}
+
+#[test]
+fn heap_limit_evicts_or_refuses() {
+    let config = Config {
+        heap_bytes: 64 * 1024,
+        shards: 1,
+        ..Config::default()
+    };
+    let s = Store::new(config.clone(), Arc::new(Clock::manual(T0))).unwrap();
+    for i in 0..1000u32 {
+        s.store(StoreOp::Set, &i.to_be_bytes(), 0, Expiry::NEVER, &[7; 100]);
+    }
+    assert!(s.stats().evictions > 0);
+    let no_evict = Store::new(
+        Config {
+            eviction: Eviction::None,
+            ..config
+        },
+        Arc::new(Clock::manual(T0)),
+    )
+    .unwrap();
+    let outcomes: Vec<_> = (0..1000u32)
+        .map(|i| no_evict.store(StoreOp::Set, &i.to_be_bytes(), 0, Expiry::NEVER, &[7; 100]))
+        .collect();
+    assert!(outcomes.contains(&StoreOutcome::OutOfMemory));
+}

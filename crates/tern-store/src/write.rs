@@ -1,0 +1,341 @@
+//! Writes: set/add/replace/append/prepend/cas, delete, incr/decr and invalidate. Each checks
+//! and changes under one shard lock, so a CAS condition and the change it guards are one step.
+
+use crate::item;
+use crate::runs::Run;
+use crate::shard::{Cause, Found, Key, Shard, Version};
+use crate::store::Store;
+use crate::{Arith, ArithError, Counted, Expiry, Refused, StoreOp, StoreOutcome};
+
+/// memcached's KEY_MAX_LENGTH.
+const MAX_KEY: usize = 250;
+
+/// A write's value: the request's bytes, or those joined to the item's stored value.
+#[derive(Clone, Copy)]
+pub(crate) enum NewValue<'a> {
+    Whole(&'a [u8]),
+    Append(Found, &'a [u8]),
+    Prepend(Found, &'a [u8]),
+}
+
+impl<'a> NewValue<'a> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            NewValue::Whole(value) => value.len(),
+            NewValue::Append(old, value) | NewValue::Prepend(old, value) => {
+                old.hdr.value_len + value.len()
+            }
+        }
+    }
+
+    /// The item whose value this one joins.
+    pub(crate) fn joins(&self) -> Option<Found> {
+        match self {
+            NewValue::Whole(_) => None,
+            NewValue::Append(old, _) | NewValue::Prepend(old, _) => Some(*old),
+        }
+    }
+
+    /// The value in two parts, given the joined item's current value.
+    pub(crate) fn parts<'b>(&self, old_value: &'b [u8]) -> [&'b [u8]; 2]
+    where
+        'a: 'b,
+    {
+        match *self {
+            NewValue::Whole(value) => [value, &[]],
+            NewValue::Append(_, value) => [old_value, value],
+            NewValue::Prepend(_, value) => [value, old_value],
+        }
+    }
+}
+
+impl Store {
+    pub fn store(
+        &self,
+        op: StoreOp,
+        key: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        value: &[u8],
+    ) -> StoreOutcome {
+        if key.is_empty() || key.len() > MAX_KEY {
+            return StoreOutcome::TooLarge;
+        }
+        let (shard, key) = self.hash(key);
+        // A run reserved for a large item while no shard lock was held.
+        let mut run: Option<Run> = None;
+        loop {
+            let now = self.clock.now();
+            let mut guard = self.lock(shard);
+            let sh = &mut *guard;
+            let found = match self.catch_up_flush(sh, Some(key), now) {
+                Ok(()) => self.live(sh, key, now).ok(),
+                Err(_) => None,
+            };
+            let (value, flags, expiry) = match (op, found) {
+                (StoreOp::Add, Some(_)) => return self.give_up(run, StoreOutcome::NotStored),
+                (StoreOp::Replace | StoreOp::Append(_) | StoreOp::Prepend(_), None) => {
+                    return self.give_up(run, StoreOutcome::NotStored)
+                }
+                (StoreOp::Cas(_), None) => return self.give_up(run, StoreOutcome::NotFound),
+                (
+                    StoreOp::Cas(unique)
+                    | StoreOp::Append(Some(unique))
+                    | StoreOp::Prepend(Some(unique)),
+                    Some(f),
+                ) if self.segs.cas_of(f.loc, &f.hdr) != unique => {
+                    return self.give_up(run, StoreOutcome::Exists)
+                }
+                // append/prepend keep the item's flags and expiry, as memcached does.
+                (StoreOp::Append(_), Some(f)) => {
+                    (NewValue::Append(f, value), f.hdr.flags, f.hdr.expiry)
+                }
+                (StoreOp::Prepend(_), Some(f)) => {
+                    (NewValue::Prepend(f, value), f.hdr.flags, f.hdr.expiry)
+                }
+                _ => (NewValue::Whole(value), flags, expiry.0),
+            };
+            let version = Version {
+                flags,
+                expiry,
+                cas: None,
+                keep_bits: 0,
+            };
+            let value_len = value.len();
+            if value_len > self.config.max_item_size {
+                return self.fail(sh, op, key, run, StoreOutcome::TooLarge);
+            }
+            let size = item::item_size(key.bytes.len(), value_len, flags, expiry != 0, false);
+            if self.fits_segment(size) {
+                let written = match value.joins() {
+                    None => self.put_small(sh, key, found, version, value.parts(&[]), now),
+                    Some(old) => self.rewrite(sh, key, old, version, now, |new, old_value| {
+                        for part in value.parts(old_value) {
+                            new.extend_from_slice(part);
+                        }
+                    }),
+                };
+                return match written {
+                    Some(loc) => {
+                        // Stores only: as memcached's, touch and incr rewrites do not count.
+                        sh.counters.total_items += 1;
+                        let cas = self.segs.place_cas(loc);
+                        self.give_up(run, StoreOutcome::Stored { cas })
+                    }
+                    None => self.fail(sh, op, key, run, StoreOutcome::OutOfMemory),
+                };
+            }
+            let size = item::item_size(key.bytes.len(), value_len, flags, true, false);
+            let len = size.div_ceil(self.segs.size());
+            if let Some(reserved) = run.take() {
+                if reserved.len == len {
+                    let loc = self.put_large(sh, key, value, version, reserved, now);
+                    sh.counters.total_items += 1;
+                    let cas = self.segs.place_cas(loc);
+                    return StoreOutcome::Stored { cas };
+                }
+                // The size changed under a concurrent append: reserve again.
+                self.free_run(reserved);
+            }
+            drop(guard);
+            match self.alloc_run(len) {
+                Some(reserved) => run = Some(reserved),
+                None => {
+                    let mut guard = self.lock(shard);
+                    return self.fail(&mut guard, op, key, None, StoreOutcome::OutOfMemory);
+                }
+            }
+        }
+    }
+
+    fn give_up(&self, run: Option<Run>, outcome: StoreOutcome) -> StoreOutcome {
+        if let Some(run) = run {
+            self.free_run(run);
+        }
+        outcome
+    }
+
+    /// Like memcached, a set that fails leaves no stale copy behind.
+    fn fail(
+        &self,
+        sh: &mut Shard,
+        op: StoreOp,
+        key: Key,
+        run: Option<Run>,
+        outcome: StoreOutcome,
+    ) -> StoreOutcome {
+        if op == StoreOp::Set {
+            if let Some(old) = self.lookup(sh, key) {
+                self.unlink(sh, old, Cause::Gone, true);
+            }
+        }
+        self.give_up(run, outcome)
+    }
+
+    pub fn delete(&self, key: &[u8]) -> bool {
+        self.delete_checked(key, None).is_ok()
+    }
+
+    /// Deletes `key`; with `expected_cas`, only if the item's CAS is that one, checked in the
+    /// same locked step (binary Delete with a CAS, meta `md C`).
+    pub fn delete_checked(&self, key: &[u8], expected_cas: Option<u64>) -> Result<(), Refused> {
+        let (shard, key) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        let found = self.live_checked(sh, key, now, expected_cas)?;
+        self.unlink(sh, found, Cause::Gone, true);
+        Ok(())
+    }
+
+    /// incr/decr as memcached does them: the value must be a decimal u64 (leading spaces allowed),
+    /// incr wraps at 2^64, decr stops at 0, and a result shorter than the value is space-padded
+    /// to the value's length. The result is a new version (new CAS) with the item's flags and
+    /// expiry, and keeps its fetched, stale and win-token marks. With `expected_cas`, only if
+    /// the item's CAS is that one, checked in the same locked step (binary Increment with a
+    /// CAS, meta `ma C`).
+    pub fn incr_decr(
+        &self,
+        key: &[u8],
+        op: Arith,
+        delta: u64,
+        expected_cas: Option<u64>,
+    ) -> Result<Counted, ArithError> {
+        let (shard, key) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        let found =
+            self.live_checked(sh, key, now, expected_cas)
+                .map_err(|refused| match refused {
+                    Refused::NotFound => ArithError::NotFound,
+                    Refused::Exists => ArithError::Exists,
+                })?;
+        let h = found.hdr;
+        let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
+        let current = parse_u64(&item[h.value_range()]).ok_or(ArithError::NonNumeric)?;
+        let next = match op {
+            Arith::Incr => current.wrapping_add(delta),
+            Arith::Decr => current.saturating_sub(delta),
+        };
+        let mut buf = [0u8; 20];
+        let digits = decimal(next, &mut buf);
+        if !self.fits_segment(h.size()) {
+            // A large item keeps its run: the number is written over the value in place
+            // (never longer than it, the value being far above 20 bytes), padded with spaces,
+            // and the run's epoch moves so the CAS changes.
+            let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
+            let value = &mut item[h.value_range()];
+            value[..digits.len()].copy_from_slice(digits);
+            value[digits.len()..].fill(b' ');
+            self.segs.renew_epoch(found.loc.seg);
+            return Ok(Counted {
+                value: next,
+                cas: self.segs.cas_of(found.loc, &h),
+                expiry: Expiry(h.expiry),
+            });
+        }
+        if digits.len() > h.value_len {
+            // memcached links a new item only when the number outgrows its old length.
+            sh.counters.total_items += 1;
+        }
+        // memcached rewrites a counter in place when it can, marks and all.
+        let version = Version {
+            flags: h.flags,
+            expiry: h.expiry,
+            cas: None,
+            keep_bits: h.bits & item::STATE_BITS,
+        };
+        let written = self.rewrite(sh, key, found, version, now, |new, _| {
+            new.extend_from_slice(digits);
+            new.resize(h.value_len.max(digits.len()), b' ');
+        });
+        written
+            .map(|loc| Counted {
+                value: next,
+                cas: self.segs.place_cas(loc),
+                expiry: Expiry(h.expiry),
+            })
+            .ok_or(ArithError::OutOfMemory)
+    }
+
+    /// `md <key> I`: marks the item stale (clearing its win token, so the next reader wins the
+    /// recache), gives it a new CAS as memcached does (so a writer holding the old one cannot
+    /// overwrite the invalidation unnoticed) and, when given, a new expiry. With
+    /// `expected_cas`, only if the item's CAS is that one, checked in the same locked step
+    /// (`md I C`). Not a read: the fetched mark stays as it was, as memcached's `md` leaves it.
+    pub fn invalidate(
+        &self,
+        key: &[u8],
+        expiry: Option<Expiry>,
+        expected_cas: Option<u64>,
+    ) -> Result<(), Refused> {
+        let (shard, key) = self.hash(key);
+        let now = self.clock.now();
+        let mut guard = self.lock(shard);
+        let sh = &mut *guard;
+        let found = self.live_checked(sh, key, now, expected_cas)?;
+        let h = found.hdr;
+        let deadline = expiry.map_or(h.expiry, |e| e.0);
+        let moved_size = item::item_size(h.key_len, h.value_len, h.flags, deadline != 0, false);
+        if self.fits_segment(h.size()) && self.fits_segment(moved_size) {
+            // The CAS is the item's place: a new place gives the new CAS.
+            let version = Version {
+                flags: h.flags,
+                expiry: deadline,
+                cas: None,
+                keep_bits: (h.bits & (item::FETCHED | item::REFERENCED)) | item::STALE,
+            };
+            let written = self.rewrite(sh, key, found, version, now, Vec::extend_from_slice);
+            // With eviction off and the heap full the item cannot move: answered as a miss,
+            // as a touch that must move is.
+            return written.map(|_| ()).ok_or(Refused::NotFound);
+        }
+        // A large item stays in its run, whose epoch moves so the CAS changes (as for incr).
+        // A small item within 4 bytes of the large-item size that gains a deadline cannot take
+        // the expiry field by moving; it is touched and marked where it is and keeps its CAS.
+        let found = match expiry {
+            Some(expiry) => self
+                .set_expiry(sh, found, key, expiry.0, now)
+                .map_err(|_| Refused::NotFound)?,
+            None => found,
+        };
+        let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
+        item::set_bits(item, item::STALE, item::WIN_SENT);
+        if !self.fits_segment(found.hdr.size()) {
+            self.segs.renew_epoch(found.loc.seg);
+        }
+        Ok(())
+    }
+}
+
+/// `n` in decimal, at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[start..]
+}
+
+/// memcached's `safe_strtoull` on an item's value: optional leading white space, decimal digits,
+/// then the end or white space; no sign, no overflow.
+pub fn parse_u64(value: &[u8]) -> Option<u64> {
+    let start = value.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &value[start..];
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    if let Some(after) = rest.get(digits) {
+        if !after.is_ascii_whitespace() {
+            return None;
+        }
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
