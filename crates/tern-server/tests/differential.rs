@@ -410,7 +410,14 @@ fn big_counters_count_whatever_memory_follows_them() {
         "incr b 1\r\n",
         "get b\r\n",
         "decr b x\r\n",
+        // 2^63 is the first number 1.6.18 searches past; decr stops at 0.
+        "set c 0 0 19\r\n9223372036854775808\r\n",
+        "decr c 18446744073709551615\r\n",
+        "incr c 9223372036854775807\r\n",
         "incr c 1\r\n",
+        "incr c 1\r\n",
+        "get c\r\n",
+        "incr d 1\r\n",
         "mg a v f\r\n",
     ] {
         let request = request.as_bytes();
