@@ -426,3 +426,32 @@ fn big_counters_count_whatever_memory_follows_them() {
         assert_eq!(got, want, "{:?}", String::from_utf8_lossy(request));
     }
 }
+
+/// incr/decr read a stored value as memcached's `safe_strtoull` does: C white space (vertical tab
+/// and form feed too), a sign (`+5` counts, `-0` is 0, `-5` is refused), digits, then white
+/// space, a NUL (where C's string ends) or the end of the value.
+#[test]
+fn stored_numbers_are_read_as_memcached_reads_them() {
+    let mut pair = Pair::start();
+    for (value, op) in [
+        (&b"+5"[..], "incr"),
+        (b"-0", "incr"),
+        (b"-5", "incr"),
+        (b"-9223372036854775809", "decr"),
+        (b"5\x0b", "incr"),
+        (b"\x0c12", "decr"),
+        (b"5\0x", "incr"),
+        (b"\t7\0", "decr"),
+        (b"5\x01", "incr"),
+        (b"+", "incr"),
+    ] {
+        let mut set = format!("set n 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(value);
+        set.extend_from_slice(b"\r\n");
+        for request in [&set[..], format!("{op} n 1\r\n").as_bytes(), b"get n\r\n"] {
+            let want = pair.reference.reference_reply(request);
+            let got = pair.ours.exchange(request);
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(request));
+        }
+    }
+}
