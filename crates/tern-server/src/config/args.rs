@@ -200,9 +200,8 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// Parses flags that come from somewhere other than the command line (a memcached.conf),
-    /// with the command line's rules.
-    pub(super) fn parse_words(source: &str, words: &[String]) -> anyhow::Result<ServeArgs> {
+    /// Parses the flags of a memcached.conf with the command line's rules.
+    pub(super) fn parse_words(words: &[String]) -> anyhow::Result<ServeArgs> {
         let command =
             ServeArgs::augment_args(clap::Command::new("memcached.conf")).no_binary_name(true);
         let matches = command
@@ -210,13 +209,20 @@ impl ServeArgs {
             .map_err(|e| match e.kind() {
                 // clap hands back what --help or -i would print as an "error".
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    anyhow::anyhow!("-h and -i print and exit: they have no place in {source}")
+                    anyhow::anyhow!(
+                        "-h and -i print and exit: they have no place in a memcached.conf"
+                    )
                 }
-                _ => anyhow::anyhow!("{}", e.render().to_string().trim_end()),
+                // Its first line says what is wrong; the rest is usage for a command line.
+                _ => {
+                    let text = e.render().to_string();
+                    let first = text.lines().next().unwrap_or_default();
+                    anyhow::anyhow!("{}", first.trim_start_matches("error: "))
+                }
             })?;
         let args = ServeArgs::from_arg_matches(&matches)?;
         if args.version || args.config.is_some() || args.memcached_conf.is_some() {
-            anyhow::bail!("-V, --config and --memcached-conf have no place in {source}");
+            anyhow::bail!("-V, --config and --memcached-conf have no place in a memcached.conf");
         }
         Ok(args)
     }

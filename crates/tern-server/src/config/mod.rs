@@ -156,13 +156,11 @@ impl Settings {
                 .with_context(|| format!("in --config {}", path.display()))?;
         }
         if let Some(path) = &args.memcached_conf {
-            let source = format!("--memcached-conf {}", path.display());
+            let in_conf = || format!("in --memcached-conf {}", path.display());
             let conf = memcached_conf::read(path)?;
-            let conf_args = ServeArgs::parse_words(&source, &conf.words)
-                .with_context(|| format!("in {source}"))?;
+            let conf_args = ServeArgs::parse_words(&conf.words).with_context(in_conf)?;
             s.ignored.extend(conf.skipped);
-            s.apply_args(&conf_args)
-                .with_context(|| format!("in {source}"))?;
+            s.apply_args(&conf_args).with_context(in_conf)?;
         }
         s.apply_args(args)?;
         if s.hashpower.is_some() {
