@@ -10,7 +10,7 @@ use super::{parse_mask, parse_size, split_list, Protocol, Settings};
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub(super) struct FileConfig {
     port: Option<u16>,
     listen: Option<OneOrMany>,
     udp_port: Option<u16>,
@@ -61,9 +61,18 @@ enum Size {
     Text(String),
 }
 
+impl FileConfig {
+    pub(super) fn parse(text: &str) -> anyhow::Result<FileConfig> {
+        Ok(toml::from_str(text)?)
+    }
+
+    pub(super) fn names_port(&self) -> bool {
+        self.port.is_some()
+    }
+}
+
 impl Settings {
-    pub(super) fn apply_file(&mut self, text: &str) -> anyhow::Result<()> {
-        let f: FileConfig = toml::from_str(text)?;
+    pub(super) fn apply_file(&mut self, f: FileConfig) -> anyhow::Result<()> {
         macro_rules! take {
             ($($field:ident => $target:ident),* $(,)?) => {
                 $(if let Some(v) = f.$field { self.$target = v; })*

@@ -19,6 +19,7 @@ use tern_store::Eviction;
 use tern_tune::pin::PinSpec;
 
 pub use args::ServeArgs;
+use file::FileConfig;
 pub use ignored::{Ignored, Reason};
 
 /// `-B`: the protocols a connection may speak.
@@ -149,20 +150,31 @@ impl Settings {
     /// then checks the result.
     pub fn from_args(args: &ServeArgs) -> anyhow::Result<Settings> {
         let mut s = Settings::default();
+        let mut port_given = args.port.is_some();
+        let mut udp_given = args.udp_port.is_some();
         if let Some(path) = &args.config {
+            let in_file = || format!("in --config {}", path.display());
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --config {}", path.display()))?;
-            s.apply_file(&text)
-                .with_context(|| format!("in --config {}", path.display()))?;
+            let file = FileConfig::parse(&text).with_context(in_file)?;
+            port_given |= file.names_port();
+            s.apply_file(file).with_context(in_file)?;
         }
         if let Some(path) = &args.memcached_conf {
             let in_conf = || format!("in --memcached-conf {}", path.display());
             let conf = memcached_conf::read(path)?;
             let conf_args = ServeArgs::parse_words(&conf.words).with_context(in_conf)?;
+            port_given |= conf_args.port.is_some();
+            udp_given |= conf_args.udp_port.is_some();
             s.ignored.extend(conf.skipped);
             s.apply_args(&conf_args).with_context(in_conf)?;
         }
         s.apply_args(args)?;
+        // memcached serves TCP on the -U port when no -p is given, so `memcached -U 11311`
+        // answers TCP on 11311 too.
+        if udp_given && s.udp_port != 0 && !port_given {
+            s.port = s.udp_port;
+        }
         if s.hashpower.is_some() {
             s.ignore("hashpower", Reason::HashTable);
         }
@@ -828,6 +840,24 @@ mod tests {
     fn udp_is_off_by_default_and_on_with_a_port() {
         assert_eq!(settings(&[]).unwrap().udp_port, 0);
         assert_eq!(settings(&["-U", "11211"]).unwrap().udp_port, 11211);
+    }
+
+    #[test]
+    fn a_udp_port_without_a_tcp_port_is_the_tcp_port_too_as_in_memcached() {
+        let s = settings(&["-U", "11311"]).unwrap();
+        assert_eq!((s.port, s.udp_port), (11311, 11311));
+        let s = settings(&["-U", "11311", "-p", "11211"]).unwrap();
+        assert_eq!((s.port, s.udp_port), (11211, 11311));
+        assert_eq!(settings(&["-U", "0"]).unwrap().port, 11211);
+        let dir = Scratch::new("udp-port");
+        let toml = dir.file("tern.toml", "port = 11211\n");
+        assert_eq!(
+            settings(&["--config", &toml, "-U", "11311"]).unwrap().port,
+            11211
+        );
+        let conf = dir.file("memcached.conf", "-U 11311\n");
+        let s = settings(&["--memcached-conf", &conf]).unwrap();
+        assert_eq!((s.port, s.udp_port), (11311, 11311));
     }
 
     #[test]
