@@ -157,7 +157,7 @@ pub struct ServeArgs {
     /// manager (LimitCORE=) or `ulimit -c`.
     #[arg(short = 'r', long, help_heading = MEMCACHED_IGNORED)]
     pub enable_coredumps: bool,
-    /// memcached's NAPI-ID based thread selection (1 to -t). Ignored: the kernel spreads
+    /// memcached's NAPI-ID based thread selection (> 0). Ignored: the kernel spreads
     /// connections over tern's workers (one SO_REUSEPORT socket each); place them with --pin.
     #[arg(short = 'N', long, visible_alias = "napi_ids", value_name = "N", help_heading = MEMCACHED_IGNORED)]
     pub napi_ids: Option<u32>,
