@@ -231,50 +231,20 @@ fn check(opt: &Opt, value: Option<&str>) -> anyhow::Result<Option<u64>> {
 
 /// `-o`'s long help, made from [`OPTIONS`] so that it names every option.
 pub(super) fn help() -> String {
-    let names = |keep: &dyn Fn(&Effect) -> bool| -> String {
-        OPTIONS
-            .iter()
-            .filter(|o| keep(&o.effect))
-            .map(|o| match o.value {
-                Flag => o.name.to_string(),
-                IntOrNothing(..) => format!("{}[=N]", o.name),
-                Int(..) | Number(..) => format!("{}=N", o.name),
-                OneOf(words) => format!("{}={}", o.name, words.join("|")),
-                Text => format!("{}=...", o.name),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut reasons: Vec<Reason> = Vec::new();
-    for o in OPTIONS {
-        if let Effect::Ignored(reason) = o.effect {
-            if !reasons.contains(&reason) {
-                reasons.push(reason);
-            }
-        }
-    }
-    let ignored: Vec<String> = reasons
-        .iter()
-        .map(|r| {
-            let list = names(&|e| matches!(e, Effect::Ignored(x) if x == r));
-            format!("  {list}\n      ({})", r.why())
-        })
-        .collect();
-    let mut refusals: Vec<&str> = Vec::new();
-    for o in OPTIONS {
-        if let Effect::Refused(why) = o.effect {
-            if !refusals.contains(&why) {
-                refusals.push(why);
-            }
-        }
-    }
-    let refused: Vec<String> = refusals
-        .iter()
-        .map(|why| {
-            let list = names(&|e| matches!(e, Effect::Refused(w) if w == why));
-            format!("  {list}\n      ({why})")
-        })
-        .collect();
+    let ignored = groups(
+        |e| match e {
+            Effect::Ignored(reason) => Some(reason),
+            _ => None,
+        },
+        Reason::why,
+    );
+    let refused = groups(
+        |e| match e {
+            Effect::Refused(why) => Some(why),
+            _ => None,
+        },
+        |why| why,
+    );
     format!(
         "memcached's extended options: comma-separated, repeatable (-o modern,idle_timeout=60), \
          applied in order. Unknown options are refused, as memcached refuses them.\n\
@@ -282,10 +252,45 @@ pub(super) fn help() -> String {
          --idle-timeout), hashpower=12..32 (also --hashpower; shown in `stats settings`, the \
          index grows by itself), no_modern (its no_maxconns_fast part).\n\
          Doing nothing, as in memcached 1.6: {}.\n\
-         Accepted and ignored, named in a start-up warning:\n{}\n\
-         Refused:\n{}",
-        names(&|e| matches!(e, Nothing)),
-        ignored.join("\n"),
-        refused.join("\n"),
+         Accepted and ignored, named in a start-up warning:\n{ignored}\n\
+         Refused:\n{refused}",
+        spelled(|e| matches!(e, Nothing)),
     )
+}
+
+/// The options `key` gives a key, a line of them for each key (in the table's order), each
+/// followed by `why` of its key.
+fn groups<K: Copy + PartialEq>(
+    key: impl Fn(Effect) -> Option<K>,
+    why: impl Fn(K) -> &'static str,
+) -> String {
+    let mut keys: Vec<K> = Vec::new();
+    for k in OPTIONS.iter().filter_map(|o| key(o.effect)) {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.iter()
+        .map(|&k| {
+            let list = spelled(|e| key(e) == Some(k));
+            format!("  {list}\n      ({})", why(k))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The options whose effect `keep` takes, as they are written (`name`, `name=N`, ...).
+fn spelled(keep: impl Fn(Effect) -> bool) -> String {
+    OPTIONS
+        .iter()
+        .filter(|o| keep(o.effect))
+        .map(|o| match o.value {
+            Flag => o.name.to_string(),
+            IntOrNothing(..) => format!("{}[=N]", o.name),
+            Int(..) | Number(..) => format!("{}=N", o.name),
+            OneOf(words) => format!("{}={}", o.name, words.join("|")),
+            Text => format!("{}=...", o.name),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
