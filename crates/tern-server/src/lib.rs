@@ -56,6 +56,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut settings = Settings::from_args(&args)?;
     let log_level = init_logging(settings.verbose);
+    settings.warn_ignored();
     settings.absolutize_paths()?;
 
     // Sockets first, so a port in use is reported on the terminal even with -d.

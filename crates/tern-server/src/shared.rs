@@ -98,7 +98,8 @@ impl Shared {
         let admin_port = s.admin_port.map_or("off".to_string(), |p| p.to_string());
         let numa_node = s.numa_node.map_or("off".to_string(), |n| n.to_string());
         let eviction = format!("{:?}", s.effective_eviction()).to_lowercase();
-        let lines: [(&str, &dyn std::fmt::Display); 25] = [
+        let hashpower = s.hashpower.unwrap_or(0);
+        let lines: [(&str, &dyn std::fmt::Display); 31] = [
             ("maxbytes", &(s.memory_limit_mb << 20)),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
@@ -109,13 +110,18 @@ impl Shared {
             ("domain_socket", &socket),
             ("umask", &format_args!("{:o}", s.unix_mask)),
             ("num_threads", &s.threads),
+            ("stat_key_prefix", &char::from(s.prefix_delimiter)),
+            ("detail_enabled", &yes_no(s.detail_enabled)),
             ("reqs_per_event", &s.max_reqs_per_event),
             ("cas_enabled", &yes_no(!s.disable_cas)),
             ("tcp_backlog", &s.listen_backlog),
-            // Text or binary, chosen per connection by its first byte, as memcached -B auto.
-            ("binding_protocol", &"auto-negotiate"),
+            ("binding_protocol", &s.protocol.memcached_name()),
             ("item_size_max", &s.max_item_size),
+            ("maxconns_fast", &yes_no(s.maxconns_fast)),
+            ("hashpower_init", &hashpower),
             ("flush_enabled", &yes_no(!s.disable_flush_all)),
+            ("dump_enabled", &yes_no(!s.dumping_disabled)),
+            ("idle_timeout", &s.idle_timeout_secs),
             ("shutdown_command", &yes_no(s.enable_shutdown)),
             ("lock_memory", &yes_no(s.lock_memory)),
             ("large_memory_pages", &yes_no(s.enable_largepages)),

@@ -18,10 +18,10 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {}: {e}", full.display()))
 }
 
-/// The keys the TOML file accepts: the fields of `FileConfig` in config.rs, read from its source
+/// The keys the TOML file accepts: the fields of `FileConfig` in config/file.rs, read from its source
 /// text (the struct is private, and serde names each key after its field).
 fn file_format_keys() -> BTreeSet<String> {
-    let source = read("crates/tern-server/src/config.rs");
+    let source = read("crates/tern-server/src/config/file.rs");
     let start = source
         .find("struct FileConfig {")
         .expect("config.rs has no `struct FileConfig {`: point this test at the TOML struct");
@@ -139,6 +139,13 @@ fn a_server_started_with_the_example_runs_with_the_defaults() {
         ("eviction", "merge"),
         ("worker_cpus", "unpinned"),
         ("numa_node", "off"),
+        ("binding_protocol", "auto-negotiate"),
+        ("stat_key_prefix", ":"),
+        ("detail_enabled", "no"),
+        ("dump_enabled", "yes"),
+        ("idle_timeout", "0"),
+        ("maxconns_fast", "yes"),
+        ("hashpower_init", "0"),
     ] {
         assert_eq!(
             example_settings.get(name).map(String::as_str),

@@ -1,0 +1,129 @@
+//! The `--config` TOML file: one key per acting option, named after the long flag with `_`.
+//! config/tern.toml lists every key (crates/tern-server/tests/config_example.rs reads this
+//! struct's fields and fails when the example lacks one).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{parse_mask, parse_size, split_list, Protocol, Settings};
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    port: Option<u16>,
+    listen: Option<OneOrMany>,
+    udp_port: Option<u16>,
+    unix_socket: Option<PathBuf>,
+    unix_mask: Option<String>,
+    memory_limit: Option<usize>,
+    threads: Option<usize>,
+    conn_limit: Option<usize>,
+    max_reqs_per_event: Option<usize>,
+    listen_backlog: Option<i32>,
+    protocol: Option<Protocol>,
+    max_item_size: Option<Size>,
+    disable_evictions: Option<bool>,
+    disable_cas: Option<bool>,
+    lock_memory: Option<bool>,
+    enable_largepages: Option<bool>,
+    enable_shutdown: Option<bool>,
+    disable_flush_all: Option<bool>,
+    disable_dumping: Option<bool>,
+    disable_watch: Option<bool>,
+    prefix_delimiter: Option<String>,
+    idle_timeout: Option<u64>,
+    maxconns_fast: Option<bool>,
+    hashpower: Option<u32>,
+    verbose: Option<u8>,
+    daemon: Option<bool>,
+    user: Option<String>,
+    pidfile: Option<PathBuf>,
+    admin_port: Option<u16>,
+    hotkey_sample_rate: Option<u32>,
+    hotkey_window: Option<u64>,
+    eviction: Option<String>,
+    pin: Option<String>,
+    numa_node: Option<usize>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl FileConfig {
+    pub(super) fn parse(text: &str) -> anyhow::Result<FileConfig> {
+        Ok(toml::from_str(text)?)
+    }
+
+    pub(super) fn names_port(&self) -> bool {
+        self.port.is_some()
+    }
+}
+
+impl Settings {
+    pub(super) fn apply_file(&mut self, f: FileConfig) -> anyhow::Result<()> {
+        macro_rules! take {
+            ($($field:ident => $target:ident),* $(,)?) => {
+                $(if let Some(v) = f.$field { self.$target = v; })*
+            };
+        }
+        take!(
+            port => port, udp_port => udp_port, memory_limit => memory_limit_mb,
+            threads => threads, conn_limit => conn_limit,
+            max_reqs_per_event => max_reqs_per_event, listen_backlog => listen_backlog,
+            protocol => protocol, disable_evictions => disable_evictions,
+            disable_cas => disable_cas, lock_memory => lock_memory,
+            enable_largepages => enable_largepages, enable_shutdown => enable_shutdown,
+            disable_flush_all => disable_flush_all, disable_dumping => dumping_disabled,
+            disable_watch => watch_disabled, idle_timeout => idle_timeout_secs,
+            maxconns_fast => maxconns_fast, verbose => verbose, daemon => daemon,
+            hotkey_sample_rate => hotkey_sample_rate, hotkey_window => hotkey_window_secs,
+        );
+        if f.admin_port.is_some() {
+            self.admin_port = f.admin_port;
+        }
+        if f.hashpower.is_some() {
+            self.hashpower = f.hashpower;
+        }
+        if let Some(delimiter) = &f.prefix_delimiter {
+            self.set_prefix_delimiter(delimiter)?;
+        }
+        self.apply_placement(f.eviction.as_deref(), f.pin.as_deref(), f.numa_node)?;
+        if let Some(listen) = f.listen {
+            self.listen = match listen {
+                OneOrMany::One(s) => split_list(&s),
+                OneOrMany::Many(v) => v.iter().flat_map(|s| split_list(s)).collect(),
+            };
+        }
+        if let Some(path) = f.unix_socket {
+            self.unix_socket = Some(path);
+        }
+        if let Some(mask) = f.unix_mask {
+            self.unix_mask = parse_mask(&mask)?;
+        }
+        if let Some(size) = f.max_item_size {
+            self.max_item_size = match size {
+                Size::Bytes(n) => n as usize,
+                Size::Text(t) => parse_size(&t)?,
+            };
+        }
+        if let Some(user) = f.user {
+            self.user = Some(user);
+        }
+        if let Some(pidfile) = f.pidfile {
+            self.pidfile = Some(pidfile);
+        }
+        Ok(())
+    }
+}
