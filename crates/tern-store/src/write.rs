@@ -323,19 +323,32 @@ fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[start..]
 }
 
-/// memcached's `safe_strtoull` on an item's value: optional leading white space, decimal digits,
-/// then the end or white space; no sign, no overflow.
+/// memcached's `safe_strtoull` on an item's value: C white space, an optional sign, decimal
+/// digits, then C white space, a NUL (where C's string ends) or the end of the value (memcached's
+/// `\r\n`); no overflow. strtoull negates a "-N", and the result is refused only when it is
+/// 2^63 or more, so "-0" is 0 (newer memcached looks for the sign within the number only;
+/// 1.6.18 also reads past the value, see the differential test).
 pub fn parse_u64(value: &[u8]) -> Option<u64> {
-    let start = value.iter().position(|b| !b.is_ascii_whitespace())?;
-    let rest = &value[start..];
+    let is_c_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let rest = &value[value.iter().take_while(|&&b| is_c_space(b)).count()..];
+    let (negative, rest) = match rest.split_first() {
+        Some((b'-', unsigned)) => (true, unsigned),
+        Some((b'+', unsigned)) => (false, unsigned),
+        _ => (false, rest),
+    };
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 {
         return None;
     }
-    if let Some(after) = rest.get(digits) {
-        if !after.is_ascii_whitespace() {
+    if let Some(&after) = rest.get(digits) {
+        if after != 0 && !is_c_space(after) {
             return None;
         }
     }
-    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+    let magnitude: u64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    if !negative {
+        return Some(magnitude);
+    }
+    let number = magnitude.wrapping_neg();
+    (number <= i64::MAX as u64).then_some(number)
 }
