@@ -50,9 +50,34 @@ impl Index {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Every entry whose tag is in `tags`, by location, wherever probing placed it: from the
+    /// home bucket of the first tag on, past the last tag's home bucket, until a bucket says no
+    /// entry from before it lives further on. Tags order entries the same way whatever the
+    /// table's size (a tag's home bucket scales with the table), so ranges of tags cut a walk
+    /// into steps that a rebuild in between neither repeats nor skips.
+    pub(crate) fn entries_with_tags(&self, tags: std::ops::Range<u32>, mut each: impl FnMut(u64)) {
+        if tags.is_empty() || self.len == 0 {
+            return;
+        }
+        let last = self.home(tags.end - 1);
+        let mut b = self.home(tags.start);
+        let mut reached_last = false;
+        for _ in 0..self.buckets.len() {
+            for &slot in &self.buckets[b].0 {
+                if slot != 0 && tags.contains(&tag_of(slot)) {
+                    each(slot & LOC_MASK);
+                }
+            }
+            reached_last |= b == last;
+            if reached_last && self.overflow[b] == 0 {
+                return;
+            }
+            b = self.next(b);
+        }
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -163,6 +188,39 @@ impl Index {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn tag_ranges_find_every_entry_once_through_growth() {
+        let mut index = Index::new();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for loc in 1..=5_000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let tag = ((rng >> 40) as u32).max(1);
+            index.insert(tag, loc);
+        }
+        let mut seen = Vec::new();
+        let step = 1 << 18;
+        let mut lo = 0;
+        while lo < 1 << TAG_BITS {
+            index.entries_with_tags(lo..lo + step, |loc| seen.push(loc));
+            // Growing between steps must not change what the rest of the walk finds.
+            if lo == 4 * step {
+                for loc in 5_001..=7_000u64 {
+                    index.insert(
+                        ((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS) | 1,
+                        loc,
+                    );
+                }
+            }
+            lo += step;
+        }
+        // Each entry there before the walk began is found exactly once.
+        seen.sort_unstable();
+        let before_growth: Vec<u64> = seen.iter().copied().filter(|&l| l <= 5_000).collect();
+        assert_eq!(before_growth, (1..=5_000).collect::<Vec<_>>());
+    }
 
     #[test]
     fn matches_a_map_through_growth_and_removal() {

@@ -29,6 +29,7 @@
 
 pub mod clock;
 mod config;
+mod dump;
 mod evict;
 mod flush;
 mod heap;
@@ -50,6 +51,7 @@ mod tests;
 
 pub use clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
 pub use config::{shards_for, Config, Eviction, StoreError};
+pub use dump::{DumpCursor, ItemMeta};
 pub use heap::PageKind;
 pub use stats::StoreStats;
 pub use store::Store;

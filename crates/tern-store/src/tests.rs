@@ -215,3 +215,43 @@ fn heap_limit_evicts_or_refuses() {
         .collect();
     assert!(outcomes.contains(&StoreOutcome::OutOfMemory));
 }
+
+#[test]
+fn a_dump_lists_every_live_item_once() {
+    let s = store();
+    let big = vec![b'v'; 600_000];
+    for i in 0..3_000u32 {
+        let key = format!("key:{i}");
+        let value: &[u8] = if i % 1000 == 7 { &big } else { b"value" };
+        let expiry = if i % 10 == 3 {
+            Expiry::from_exptime(-1, T0)
+        } else {
+            Expiry::from_exptime(100, T0)
+        };
+        s.store(StoreOp::Set, key.as_bytes(), i, expiry, value);
+    }
+    s.delete(b"key:0");
+    let mut seen = std::collections::BTreeMap::new();
+    let mut cursor = Some(DumpCursor::default());
+    let mut steps = 0;
+    while let Some(from) = cursor {
+        cursor = s.dump(from, 64, |item| {
+            let key = String::from_utf8(item.key.to_vec()).unwrap();
+            assert_eq!(item.expiry, Expiry::from_exptime(100, T0));
+            assert!(
+                seen.insert(key, (item.flags, item.value_len)).is_none(),
+                "listed twice"
+            );
+        });
+        steps += 1;
+    }
+    let live: std::collections::BTreeMap<String, (u32, usize)> = (1..3_000u32)
+        .filter(|i| i % 10 != 3)
+        .map(|i| {
+            let len = if i % 1000 == 7 { big.len() } else { 5 };
+            (format!("key:{i}"), (i, len))
+        })
+        .collect();
+    assert_eq!(seen, live);
+    assert!(steps > 16, "the walk went in small steps ({steps})");
+}
