@@ -209,7 +209,7 @@ mod tests {
             if lo == 4 * step {
                 for loc in 5_001..=7_000u64 {
                     index.insert(
-                        ((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS) | 1,
+                        (((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS)) | 1,
                         loc,
                     );
                 }
