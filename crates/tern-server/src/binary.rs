@@ -285,7 +285,15 @@ fn stats(ops: &Ops<'_>, key: &[u8], opaque: u32, out: &mut Vec<u8>) {
             bin::write_stat(out, opaque, "detailed", String::from_utf8_lossy(&dump));
             None
         }
-        Err(StatsError::Unknown | StatsError::DetailUsage) => Some(Status::KeyNotFound),
+        // memcached's binary Stat has no cachedump.
+        Ok(StatsReply::Cachedump(_)) => Some(Status::KeyNotFound),
+        Err(
+            StatsError::Unknown
+            | StatsError::DetailUsage
+            | StatsError::CachedumpUsage
+            | StatsError::IllegalClass
+            | StatsError::DumpingDisabled,
+        ) => Some(Status::KeyNotFound),
         Err(StatsError::BadArgument) => Some(Status::InvalidArguments),
     };
     match status {

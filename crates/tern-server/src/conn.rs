@@ -6,6 +6,9 @@ use std::io::{self, Read, Write};
 
 use std::time::Instant;
 
+use tern_store::DumpCursor;
+
+use crate::config;
 use crate::framing::{After, Replies};
 use crate::net::Stream;
 use crate::ops::Ops;
@@ -17,6 +20,9 @@ const READ_BUFFER: usize = 16 * 1024;
 const MIN_READ_ROOM: usize = 4 * 1024;
 /// Buffers grown past this are given back once empty, so idle connections stay small.
 const BUFFER_KEEP: usize = 64 * 1024;
+/// A metadump adds steps while fewer unsent bytes than this wait, at most this many per turn.
+const METADUMP_BUFFER: usize = 256 * 1024;
+const METADUMP_STEPS_PER_TURN: usize = 8;
 /// Backpressure: with more unsent reply bytes than this, the connection reads and serves no
 /// further requests until the client has taken some.
 pub const WRITE_HIGH_WATER: usize = 1 << 20;
@@ -59,6 +65,8 @@ pub struct Conn {
     /// The connection asked to `watch`: log lines go to its socket (see `watch.rs`) and its
     /// input is read only to notice the client leaving.
     watch_id: Option<u64>,
+    /// Where a `lru_crawler metadump` stands: lines are produced as the client takes them.
+    metadump: Option<DumpCursor>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +122,7 @@ impl Conn {
             hangup: false,
             protocol: Protocol::Unknown,
             watch_id: None,
+            metadump: None,
         }
     }
 
@@ -150,6 +159,9 @@ impl Conn {
         if self.unsent() > WRITE_HIGH_WATER {
             // Backpressure: the writable edge brings us back once the client reads.
             return Drive::Open { again: false };
+        }
+        if let Some(cursor) = self.metadump {
+            return self.continue_metadump(ops, cursor);
         }
         if self.watch_id.is_some() {
             // A watcher sends nothing more that matters; its end closes the connection.
@@ -191,6 +203,36 @@ impl Conn {
         let blocked = self.unsent() > WRITE_HIGH_WATER;
         Drive::Open {
             again: !blocked && (yielded || buffer_full),
+        }
+    }
+
+    /// Adds a few steps of a metadump to the write buffer and sends what the socket takes; the
+    /// rest comes on later turns (each step holds one shard's lock briefly), so a dump of a
+    /// large cache neither fills memory nor keeps the worker from its other connections.
+    fn continue_metadump(&mut self, ops: &Ops<'_>, mut cursor: DumpCursor) -> Drive {
+        for _ in 0..METADUMP_STEPS_PER_TURN {
+            if self.unsent() > METADUMP_BUFFER {
+                break;
+            }
+            match ops.metadump_step(cursor, &mut self.wbuf) {
+                Some(next) => cursor = next,
+                None => {
+                    self.wbuf.extend_from_slice(b"END\r\n");
+                    self.metadump = None;
+                    return match self.flush(ops) {
+                        Ok(()) => Drive::Open { again: true },
+                        Err(_) => Drive::Close,
+                    };
+                }
+            }
+        }
+        self.metadump = Some(cursor);
+        if self.flush(ops).is_err() {
+            return Drive::Close;
+        }
+        // More follows at once while the socket takes it; a full one brings a writable edge.
+        Drive::Open {
+            again: self.unsent() <= METADUMP_BUFFER,
         }
     }
 
@@ -275,10 +317,15 @@ impl Conn {
         }
         let input = &self.rbuf[self.rstart..self.rend];
         if self.protocol == Protocol::Unknown {
-            self.protocol = match input.first() {
-                None => return Some(false),
-                Some(&tern_proto::binary::REQUEST_MAGIC) => Protocol::Binary,
-                Some(_) => Protocol::Text,
+            self.protocol = match (ops.shared.settings.protocol, input.first()) {
+                (_, None) => return Some(false),
+                // -B: one protocol for every connection, as memcached does.
+                (config::Protocol::Ascii, _) => Protocol::Text,
+                (config::Protocol::Binary, _) => Protocol::Binary,
+                (config::Protocol::Auto, Some(&tern_proto::binary::REQUEST_MAGIC)) => {
+                    Protocol::Binary
+                }
+                (config::Protocol::Auto, Some(_)) => Protocol::Text,
             };
         }
         let mut out = ConnReplies {
@@ -301,6 +348,10 @@ impl Conn {
                 Some(false)
             }
             After::CloseNow => None,
+            After::Metadump => {
+                self.metadump = Some(DumpCursor::default());
+                Some(true)
+            }
             After::Watch(kinds) => {
                 self.rstart = self.rend;
                 // The reply (`OK`) goes out through the watcher's socket, ahead of any line.

@@ -14,6 +14,8 @@ pub enum After {
     CloseNow,
     /// Send what is queued, then stream these `watch` kinds and serve nothing more.
     Watch(u8),
+    /// Stream `lru_crawler metadump`'s lines, then `END`, then go on serving.
+    Metadump,
 }
 
 /// What the text serve loop does with its input after a command line that may carry a data

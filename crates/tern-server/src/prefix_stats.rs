@@ -30,9 +30,9 @@ pub enum PrefixEvent {
 }
 
 impl PrefixStats {
-    pub fn new(delimiter: u8) -> PrefixStats {
+    pub fn new(delimiter: u8, enabled: bool) -> PrefixStats {
         PrefixStats {
-            enabled: AtomicBool::new(false),
+            enabled: AtomicBool::new(enabled),
             delimiter,
             counts: Mutex::default(),
         }

@@ -67,13 +67,13 @@ impl Shared {
             verbosity: AtomicU32::new(u32::from(settings.verbose)),
             set_log_level: None,
             worker_cpus: "unpinned".into(),
+            prefix_stats: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
             settings,
             store,
             curr_connections: AtomicUsize::new(0),
             started,
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
-            prefix_stats: PrefixStats::new(b':'),
             watchers: Watchers::default(),
         }
     }
@@ -111,7 +111,7 @@ impl Shared {
             ("umask", &format_args!("{:o}", s.unix_mask)),
             ("num_threads", &s.threads),
             ("stat_key_prefix", &char::from(s.prefix_delimiter)),
-            ("detail_enabled", &yes_no(s.detail_enabled)),
+            ("detail_enabled", &yes_no(self.prefix_stats.enabled())),
             ("reqs_per_event", &s.max_reqs_per_event),
             ("cas_enabled", &yes_no(!s.disable_cas)),
             ("tcp_backlog", &s.listen_backlog),

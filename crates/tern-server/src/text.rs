@@ -181,6 +181,21 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
         Command::Admin { command, args } => {
             let words: Vec<&[u8]> = args.collect();
             let reply = match command {
+                AdminCommand::LruCrawler if words.first() == Some(&&b"metadump"[..]) => {
+                    if !out.buf().is_empty() {
+                        ops.refused();
+                        AdminReply::Status("ERROR cannot pipeline other commands before metadump")
+                    } else {
+                        match ops.metadump(&words[1..]) {
+                            Ok(true) => return (Step::Done(0), After::Metadump),
+                            Ok(false) => {
+                                out.buf().extend_from_slice(ascii::END);
+                                return (Step::Done(0), After::Continue);
+                            }
+                            Err(reply) => reply,
+                        }
+                    }
+                }
                 AdminCommand::LruCrawler => ops.lru_crawler(&words),
                 AdminCommand::Slabs => ops.slabs(&words),
                 AdminCommand::Lru => ops.lru(&words),
@@ -335,11 +350,18 @@ fn stats(ops: &Ops<'_>, args: Keys<'_>, out: &mut Vec<u8>) {
         }
         Ok(StatsReply::Reset) => out.extend_from_slice(ascii::RESET),
         Ok(StatsReply::Done) => out.extend_from_slice(ascii::OK),
-        Ok(StatsReply::Detail(dump)) => out.extend_from_slice(&dump),
+        Ok(StatsReply::Detail(dump) | StatsReply::Cachedump(dump)) => out.extend_from_slice(&dump),
         Err(StatsError::Unknown) => out.extend_from_slice(ascii::ERROR),
         Err(StatsError::BadArgument) => out.extend_from_slice(ascii::BAD_FORMAT),
         Err(StatsError::DetailUsage) => {
             out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n")
+        }
+        Err(StatsError::CachedumpUsage) => {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n")
+        }
+        Err(StatsError::IllegalClass) => out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n"),
+        Err(StatsError::DumpingDisabled) => {
+            out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n")
         }
     }
 }

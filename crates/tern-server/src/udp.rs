@@ -22,6 +22,7 @@ use mio::net::UdpSocket;
 use socket2::{Domain, Socket, Type};
 use tern_proto::binary as bin;
 
+use crate::config::Protocol;
 use crate::framing::Replies;
 use crate::ops::Ops;
 use crate::{binary, text};
@@ -183,7 +184,12 @@ impl Replies for Responder<'_> {
 /// one response message each. A request cut off by the end of the datagram is dropped, and
 /// `quit` or `shutdown` ends the datagram (there is no connection to close).
 fn serve_payload(ops: &Ops<'_>, payload: &[u8], max_line: usize, out: &mut Responder) {
-    let progress = if payload.first() == Some(&bin::REQUEST_MAGIC) {
+    let binary = match ops.shared.settings.protocol {
+        Protocol::Auto => payload.first() == Some(&bin::REQUEST_MAGIC),
+        Protocol::Ascii => false,
+        Protocol::Binary => true,
+    };
+    let progress = if binary {
         binary::serve(ops, payload, usize::MAX, out)
     } else {
         text::serve(ops, payload, usize::MAX, max_line, out)

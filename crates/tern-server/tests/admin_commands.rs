@@ -204,3 +204,180 @@ fn watch_streams_fetches_stores_and_connections_as_memcached_does() {
     );
     late.expect(b"watch bogus\r\n", b"ERROR\r\n");
 }
+
+/// Sets `keys` on the connection, each to a value derived from its key, with no expiry.
+fn fill(c: &mut Conn, keys: &[String]) {
+    let mut batch = Vec::new();
+    for key in keys {
+        let value = format!("value of {key}");
+        batch.extend_from_slice(format!("set {key} 7 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+    }
+    // Meta's no-op answers after every reply before it.
+    batch.extend_from_slice(b"mn\r\n");
+    c.request(&batch, b"MN\r\n");
+}
+
+/// The `key=` of every metadump line, decoded, and each line's fields by name.
+fn metadump(c: &mut Conn) -> Vec<std::collections::HashMap<String, String>> {
+    let text = String::from_utf8(c.request(b"lru_crawler metadump all\r\n", b"END\r\n")).unwrap();
+    text.lines()
+        .filter(|l| *l != "END")
+        .map(|line| {
+            line.split(' ')
+                .map(|f| {
+                    let (name, value) = f.split_once('=').unwrap();
+                    (name.to_string(), value.to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn metadump_lists_every_key_as_memcached_does() {
+    let keys: Vec<String> = (0..3_000).map(|i| format!("user:{i}/x")).collect();
+    let tern = ServerProcess::tern(&["-t", "2"]);
+    let memcached = ServerProcess::memcached(&[]);
+    let mut dumps = Vec::new();
+    for server in [&tern, &memcached] {
+        let mut c = server.connect();
+        fill(&mut c, &keys);
+        c.expect(
+            b"get user:7/x\r\n",
+            b"VALUE user:7/x 7 17\r\nvalue of user:7/x\r\nEND\r\n",
+        );
+        dumps.push(metadump(&mut server.connect()));
+    }
+    let by_key = |dump: &[std::collections::HashMap<String, String>]| {
+        let mut lines: Vec<(String, String, String)> = dump
+            .iter()
+            .map(|f| (f["key"].clone(), f["exp"].clone(), f["fetch"].clone()))
+            .collect();
+        lines.sort();
+        lines
+    };
+    let ours = by_key(&dumps[0]);
+    assert_eq!(ours.len(), keys.len());
+    // memcached's crawler can miss an item its LRU moves during the crawl (now and then the
+    // one just read): every line it gives must be tern's, and it must give nearly all.
+    let theirs = by_key(&dumps[1]);
+    let shared = theirs.iter().filter(|line| ours.contains(line)).count();
+    assert_eq!(shared, theirs.len(), "keys (URL-encoded), expiry, fetched");
+    assert!(theirs.len() + 10 >= ours.len());
+    assert!(ours.contains(&("user%3A7%2Fx".into(), "-1".into(), "yes".into())));
+    assert!(dumps[0]
+        .iter()
+        .all(|f| f["cls"] == "1" && f["flags"] == "7"));
+
+    // A dump must come first on its connection; the connection serves on after END.
+    let mut c = tern.connect();
+    c.expect(
+        b"version\r\nlru_crawler metadump all\r\n",
+        format!(
+            "{}ERROR cannot pipeline other commands before metadump\r\n",
+            tern_server::VERSION_REPLY
+        )
+        .as_bytes(),
+    );
+    let mut c = tern.connect();
+    c.request(b"lru_crawler metadump 2\r\n", b"END\r\n");
+    assert_eq!(metadump(&mut c).len(), keys.len());
+    c.expect(
+        b"get user:1/x\r\n",
+        b"VALUE user:1/x 7 17\r\nvalue of user:1/x\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn cachedump_lists_items_up_to_its_limit() {
+    let tern = ServerProcess::tern(&[]);
+    let mut c = tern.connect();
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    fill(&mut c, &keys);
+    let two = String::from_utf8(c.request(b"stats cachedump 1 2\r\n", b"END\r\n")).unwrap();
+    assert_eq!(
+        two.lines().filter(|l| l.starts_with("ITEM k")).count(),
+        2,
+        "{two}"
+    );
+    assert!(two.lines().next().unwrap().ends_with(" b; 0 s]"), "{two}");
+    let all = String::from_utf8(c.request(b"stats cachedump 1 0\r\n", b"END\r\n")).unwrap();
+    assert_eq!(all.lines().filter(|l| l.starts_with("ITEM ")).count(), 50);
+    c.expect(b"stats cachedump 2 0\r\n", b"END\r\n");
+    // Errors as memcached 1.6.18 words them.
+    let memcached = ServerProcess::memcached(&[]);
+    let mut m = memcached.connect();
+    for request in ["stats cachedump\r\n", "stats cachedump 99 0\r\n"] {
+        let (ours, theirs) = both(&mut c, &mut m, request, b"\r\n");
+        assert_eq!(ours, theirs, "{request}");
+    }
+}
+
+#[test]
+fn dumping_and_watching_can_be_refused_as_memcached_refuses_them() {
+    let tern = ServerProcess::tern(&["-X", "-W"]);
+    let memcached = ServerProcess::memcached(&["-X", "-W"]);
+    for request in [
+        "stats cachedump 1 1\r\n",
+        "lru_crawler metadump all\r\n",
+        "watch\r\n",
+    ] {
+        let (ours, theirs) = both(
+            &mut tern.connect(),
+            &mut memcached.connect(),
+            request,
+            b"\r\n",
+        );
+        assert_eq!(ours, theirs, "{request}");
+    }
+}
+
+#[test]
+fn memcached_tool_reads_tern_as_it_reads_memcached() {
+    let tool = "/usr/share/memcached/scripts/memcached-tool";
+    let run = |port: u16, args: &[&str]| {
+        let out = std::process::Command::new("perl")
+            .arg(tool)
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {tool} ({e}): apt-get install memcached"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let tern = ServerProcess::tern(&[]);
+    let memcached = ServerProcess::memcached(&[]);
+    let keys: Vec<String> = (0..200).map(|i| format!("tool:{i}")).collect();
+    let mut dumps = Vec::new();
+    for server in [&tern, &memcached] {
+        fill(&mut server.connect(), &keys);
+        // `dump` prints each item as the `add` command that restores it.
+        let mut lines: Vec<String> = run(server.port, &["dump"])
+            .lines()
+            .map(String::from)
+            .collect();
+        lines.sort();
+        dumps.push(lines);
+        for command in ["display", "stats", "settings"] {
+            let out = run(server.port, &[command]);
+            assert!(!out.trim().is_empty(), "{command}");
+        }
+    }
+    assert_eq!(dumps[0], dumps[1]);
+    assert_eq!(
+        dumps[0]
+            .iter()
+            .filter(|l| l.starts_with("add tool:"))
+            .count(),
+        200
+    );
+    let stats = run(tern.port, &["stats"]);
+    assert!(
+        stats.contains("curr_items") && stats.contains("200"),
+        "{stats}"
+    );
+}

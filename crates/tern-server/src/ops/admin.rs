@@ -3,9 +3,16 @@
 //! class (id 1), no LRU and no crawler thread: settings tern has no use for are accepted and
 //! change nothing (docs/serve.md lists them).
 
+use std::io::Write as _;
+
 use tern_admin::{Command as Cmd, Outcome};
+use tern_store::DumpCursor;
 
 use super::Ops;
+use crate::watch::LoggedKey;
+
+/// Items a metadump step lists under one shard's lock.
+const DUMP_STEP: usize = 256;
 
 /// An admin command's one-line answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,9 +64,54 @@ impl Ops<'_> {
         self.admin_reply(reply)
     }
 
+    /// `lru_crawler metadump all|hash|CLASSES`: whether the dump lists tern's items (its one
+    /// class is asked for) or is empty, or why it is refused.
+    pub fn metadump(&self, classes: &[&[u8]]) -> Result<bool, AdminReply> {
+        let reply = if self.shared.settings.dumping_disabled {
+            Err(AdminReply::Status("ERROR metadump not allowed"))
+        } else {
+            match classes {
+                [b"all" | b"hash"] => Ok(true),
+                [list] if list.split(|&b| b == b',').all(|c| number(c).is_some()) => {
+                    Ok(list.split(|&b| b == b',').any(|c| c == CLASS))
+                }
+                _ => Err(AdminReply::Error),
+            }
+        };
+        self.admin_reply(match reply {
+            Ok(_) => AdminReply::Ok,
+            Err(error) => error,
+        });
+        reply
+    }
+
+    /// One step of a metadump: memcached's line per live item (newest memcached's fields:
+    /// `flags=` last), from `cursor` on; where to go on, or `None` when every item is listed.
+    pub fn metadump_step(&self, cursor: DumpCursor, out: &mut Vec<u8>) -> Option<DumpCursor> {
+        self.shared.store.dump(cursor, DUMP_STEP, |item| {
+            let exp = item.expiry.deadline().map_or(-1, i64::from);
+            let _ = writeln!(
+                out,
+                "key={} exp={exp} la={} cas={} fetch={} cls=1 size={} flags={}",
+                LoggedKey(item.key),
+                item.last_access,
+                item.cas,
+                if item.fetched { "yes" } else { "no" },
+                item.size,
+                item.flags
+            );
+        })
+    }
+
     /// `watch [KIND...]`: the kinds to stream (see `watch.rs`), or why not.
     pub fn watch(&self, words: &[&[u8]]) -> Result<u8, AdminReply> {
-        let kinds = crate::watch::parse_kinds(words).ok_or(AdminReply::Error);
+        let kinds = if self.shared.settings.watch_disabled {
+            Err(AdminReply::Status(
+                "CLIENT_ERROR watch commands not allowed",
+            ))
+        } else {
+            crate::watch::parse_kinds(words).ok_or(AdminReply::Error)
+        };
         self.admin_reply(match kinds {
             Ok(_) => AdminReply::Ok,
             Err(error) => error,

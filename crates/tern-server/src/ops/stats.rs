@@ -19,6 +19,8 @@ pub enum StatsReply {
     /// `stats detail dump`: memcached's `PREFIX ...` lines and `END`, sent as they are over text
     /// and as one `detailed` statistic over binary.
     Detail(Vec<u8>),
+    /// `stats cachedump`: memcached's `ITEM ...` lines and `END` (text only).
+    Cachedump(Vec<u8>),
 }
 
 /// Why a `stats` request got no statistics.
@@ -30,7 +32,16 @@ pub enum StatsError {
     BadArgument,
     /// `stats detail` without `on`, `off` or `dump`.
     DetailUsage,
+    /// `stats cachedump` without a class and a limit.
+    CachedumpUsage,
+    /// `stats cachedump` of a class that cannot exist.
+    IllegalClass,
+    /// `stats cachedump` with `-X`.
+    DumpingDisabled,
 }
+
+/// memcached's cap on a cachedump reply.
+const CACHEDUMP_BYTES: usize = 2 << 20;
 
 impl Ops<'_> {
     /// The `stats` family as memcached 1.6 answers it, plus tern's `stats segments` and `stats
@@ -68,6 +79,7 @@ impl Ops<'_> {
                 _ => return Err(StatsError::DetailUsage),
             },
             [b"detail", ..] => return Err(StatsError::DetailUsage),
+            [b"cachedump", rest @ ..] => self.cachedump(rest)?,
             // tern keeps no item-size histogram (memcached's without -o track_sizes).
             [b"sizes"] => lines(vec![("sizes_status".into(), "disabled".into())]),
             [b"settings"] => lines(shared.settings_stats()),
@@ -93,5 +105,48 @@ impl Ops<'_> {
             }
             _ => return Err(StatsError::Unknown),
         })
+    }
+
+    /// `stats cachedump CLASS LIMIT`: memcached's `ITEM key [N b; T s]` lines for up to LIMIT
+    /// items (0: as many as fit memcached's 2 MB reply) of class 1, tern's only one.
+    fn cachedump(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
+        if self.shared.settings.dumping_disabled {
+            return Err(StatsError::DumpingDisabled);
+        }
+        let number = |w: &[u8]| std::str::from_utf8(w).ok()?.parse::<usize>().ok();
+        let (class, limit) = match words {
+            [class, limit] => (number(class), number(limit)),
+            _ => return Err(StatsError::CachedumpUsage),
+        };
+        let (Some(class), Some(limit)) = (class, limit) else {
+            return Err(StatsError::CachedumpUsage);
+        };
+        // memcached's class ids run 1..=63.
+        if !(1..64).contains(&class) {
+            return Err(StatsError::IllegalClass);
+        }
+        let mut out = Vec::new();
+        let mut listed = 0;
+        let mut cursor = (class == 1).then(tern_store::DumpCursor::default);
+        let wanted = |listed: usize| limit == 0 || listed < limit;
+        while let Some(from) = cursor.filter(|_| wanted(listed)) {
+            cursor = self.shared.store.dump(from, 256, |item| {
+                let line_room = out.len() + item.key.len() + 48 < CACHEDUMP_BYTES;
+                if wanted(listed) && line_room {
+                    out.extend_from_slice(b"ITEM ");
+                    out.extend_from_slice(item.key);
+                    let exp = item.expiry.deadline().unwrap_or(0);
+                    out.extend_from_slice(
+                        format!(" [{} b; {exp} s]\r\n", item.value_len).as_bytes(),
+                    );
+                    listed += 1;
+                }
+            });
+            if out.len() + 300 >= CACHEDUMP_BYTES {
+                break;
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+        Ok(StatsReply::Cachedump(out))
     }
 }
