@@ -126,6 +126,12 @@ impl Conn {
         }
     }
 
+    /// Waiting for the client's next command: no reply unsent, not watching or dumping (what
+    /// `-o idle_timeout` may close).
+    pub fn waits_for_input(&self) -> bool {
+        !self.has_unsent() && self.watch_id.is_none() && self.metadump.is_none()
+    }
+
     /// The watcher this connection is, to forget when it closes.
     pub fn watch_id(&self) -> Option<u64> {
         self.watch_id

@@ -45,6 +45,10 @@ pub struct Worker {
     udp: Vec<UdpServer>,
     /// UDP sockets that stopped at their per-turn budget with datagrams left.
     udp_again: Vec<usize>,
+    /// At -c without maxconns_fast: clients wait in the backlog until a connection closes.
+    accept_paused: bool,
+    /// The server second of the last idle-connection check.
+    idle_checked: u32,
 }
 
 impl Worker {
@@ -86,6 +90,8 @@ impl Worker {
             activity: Vec::new(),
             udp: Vec::new(),
             udp_again: Vec::new(),
+            accept_paused: false,
+            idle_checked: 0,
         })
     }
 
@@ -106,8 +112,11 @@ impl Worker {
         loop {
             let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
                 Some(Duration::ZERO)
-            } else if draining_since.is_some() {
+            } else if draining_since.is_some() || self.accept_paused {
                 Some(Duration::from_millis(50))
+            } else if self.shared.settings.idle_timeout_secs > 0 {
+                // -o idle_timeout: look for idle connections about once a second.
+                Some(Duration::from_secs(1))
             } else {
                 // Idle: sleep until something happens; no timer wakes an idle worker.
                 None
@@ -146,6 +155,15 @@ impl Worker {
             for idx in std::mem::take(&mut self.udp_again) {
                 self.serve_udp(idx);
             }
+            if self.accept_paused && draining_since.is_none() {
+                // -o no_maxconns_fast: clients left waiting in the backlog come in as others
+                // leave (on any worker, so this one looks again every 50 ms).
+                self.accept_paused = false;
+                for listener in 0..self.listeners.len() {
+                    self.accept(listener);
+                }
+            }
+            self.close_idle();
             if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
                 self.begin_drain();
                 draining_since = Some(Instant::now());
@@ -173,6 +191,15 @@ impl Worker {
 
     fn accept(&mut self, listener: usize) {
         loop {
+            if !self.shared.settings.maxconns_fast
+                && self.shared.curr_connections.load(Ordering::Relaxed)
+                    >= self.shared.settings.conn_limit
+            {
+                // Without maxconns_fast memcached stops accepting at -c: the client waits
+                // in the backlog instead of being told no.
+                self.accept_paused = true;
+                return;
+            }
             let stream = match self.listeners[listener].accept() {
                 Ok(stream) => stream,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -222,6 +249,33 @@ impl Worker {
             log_conn_event(&self.shared, &conn.stream, activity_fd, "conn_new", "");
             self.conns[idx] = Some(conn);
             tracing::debug!(worker = self.id, conn = idx, "new connection");
+        }
+    }
+
+    /// -o idle_timeout: closes connections that brought no command for that many seconds
+    /// and wait for one (not those still sending replies, watching or dumping), checked at
+    /// most once a second.
+    fn close_idle(&mut self) {
+        let limit = self.shared.settings.idle_timeout_secs;
+        let now = self.shared.store.clock().now();
+        if limit == 0 || now == self.idle_checked {
+            return;
+        }
+        self.idle_checked = now;
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, conn)| {
+                let conn = conn.as_ref()?;
+                let last = self.activity[idx].1.load(Ordering::Relaxed);
+                let waiting = conn.waits_for_input();
+                (waiting && u64::from(now.saturating_sub(last)) >= limit).then_some(idx)
+            })
+            .collect();
+        for idx in idle {
+            tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
+            self.close(idx);
         }
     }
 

@@ -381,3 +381,63 @@ fn memcached_tool_reads_tern_as_it_reads_memcached() {
         "{stats}"
     );
 }
+
+#[test]
+fn idle_connections_are_closed_after_idle_timeout() {
+    let tern = ServerProcess::tern(&["-o", "idle_timeout=1"]);
+    let mut idle = tern.connect();
+    idle.expect(b"version\r\n", tern_server::VERSION_REPLY.as_bytes());
+    assert!(idle.is_closed_by_server(), "closed once idle for a second");
+    let mut c = tern.connect();
+    c.expect(b"version\r\n", tern_server::VERSION_REPLY.as_bytes());
+}
+
+#[test]
+fn without_maxconns_fast_a_client_over_the_limit_waits_its_turn() {
+    let tern = ServerProcess::tern(&["-c", "1", "-o", "no_maxconns_fast"]);
+    let mut first = tern.connect();
+    first.expect(b"version\r\n", tern_server::VERSION_REPLY.as_bytes());
+    let mut second = tern.connect();
+    second.send(b"version\r\n");
+    second
+        .stream
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        second.stream.read(&mut byte).is_err(),
+        "not served while the first holds the only slot"
+    );
+    drop(first);
+    second
+        .stream
+        .set_read_timeout(Some(tern_testkit::PATIENCE))
+        .unwrap();
+    assert_eq!(
+        second.read_until(b"\r\n"),
+        tern_server::VERSION_REPLY.as_bytes()
+    );
+}
+
+#[test]
+fn protocol_flag_fixes_one_protocol_as_memcached_does() {
+    // -B ascii: a binary frame is text, its 0x80 line an unknown command (the Noop opcode is
+    // a newline byte).
+    let noop = tern_testkit::binary::frame(0x0a, &[], b"", b"", 0);
+    let tern = ServerProcess::tern(&["-B", "ascii"]);
+    let memcached = ServerProcess::memcached(&["-B", "ascii"]);
+    let (ours, theirs) = (
+        tern.connect().request(&noop, b"\r\n"),
+        memcached.connect().request(&noop, b"\r\n"),
+    );
+    assert_eq!(ours, theirs);
+    assert_eq!(ours, b"ERROR\r\n");
+    // -B binary: text is a header with a bad magic byte (once 24 bytes are in), closed without
+    // a reply.
+    let tern = ServerProcess::tern(&["-B", "binary"]);
+    let memcached = ServerProcess::memcached(&["-B", "binary"]);
+    let text = b"version\r\nversion\r\nversion\r\n";
+    let ours = reply_until_closed(&mut tern.connect(), text);
+    assert_eq!(ours, reply_until_closed(&mut memcached.connect(), text));
+    assert!(ours.is_empty());
+}
