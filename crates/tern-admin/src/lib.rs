@@ -34,15 +34,15 @@
 
 #![warn(missing_docs)]
 
-mod http;
 mod hotkeys;
+mod http;
 pub mod prometheus;
 mod snapshot;
 pub mod stats_text;
 mod worker;
 
-pub use http::{stats_json, AdminServer, AdminSource};
 pub use hotkeys::{HotKey, HotKeyConfig, HotKeySampler, HotKeys, HotKeysReport};
+pub use http::{stats_json, AdminServer, AdminSource};
 pub use snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot, StoreStats};
 pub use worker::{
     latency_bucket, latency_bucket_bound_nanos, Command, LatencyBatch, LatencyHistogram, Outcome,
