@@ -7,7 +7,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Gauge, Paragraph, Row, Sparkline, Table};
+use ratatui::widgets::{Block, Cell, Gauge, Paragraph, RenderDirection, Row, Sparkline, Table};
 use ratatui::Frame;
 
 use crate::model::ServerModel;
@@ -395,15 +395,12 @@ fn draw_sparklines(frame: &mut Frame, area: Rect, m: &ServerModel) {
     ];
     let areas = Layout::horizontal([Constraint::Ratio(1, 4); 4]).split(area);
     for ((title, data, max), &area) in series.iter().zip(areas.iter()) {
-        // The newest points, right-aligned as time runs to the right.
+        // The newest point at the right edge, older ones to its left, as time runs rightwards.
         let width = area.width.saturating_sub(2) as usize;
-        let points: Vec<u64> = data
-            .iter()
-            .skip(data.len().saturating_sub(width))
-            .copied()
-            .collect();
+        let newest_first: Vec<u64> = data.iter().rev().take(width).copied().collect();
         let mut spark = Sparkline::default()
-            .data(&points)
+            .data(&newest_first)
+            .direction(RenderDirection::RightToLeft)
             .block(Block::bordered().title(title.clone()))
             .style(Style::new().fg(Color::Green));
         if let Some(max) = max {

@@ -109,7 +109,10 @@ fn app() -> App {
     for t in 0..=30 {
         let elapsed = Duration::from_secs(u64::from(t > 0));
         tern.push(tern_sample(t), elapsed);
-        memcached.push(memcached_sample(t), elapsed);
+        // Watched for the last 10 seconds only: its sparklines fill from the right.
+        if t >= 20 {
+            memcached.push(memcached_sample(t), elapsed);
+        }
     }
     App::new(vec![memcached, tern], Duration::from_secs(1))
 }
