@@ -10,7 +10,7 @@ pub mod ui;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 use ratatui::DefaultTerminal;
 
@@ -54,7 +54,9 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let mut sources = sources(&args)?;
     let models = sources.iter().map(|s| ServerModel::new(s.addr())).collect();
     let mut app = App::new(models, args.interval);
-    let mut terminal = ratatui::init();
+    // Sets a panic hook that restores the terminal too.
+    let mut terminal =
+        ratatui::try_init().context("tern top needs a terminal (raw mode, alternate screen)")?;
     let outcome = watch(&mut terminal, &mut app, &mut sources);
     ratatui::restore();
     outcome.map(|()| ExitCode::SUCCESS)
