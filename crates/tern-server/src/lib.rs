@@ -10,7 +10,8 @@
 //!   call, outcome, recording, memcached's policies, `stats` as data);
 //! - `shared`: server-wide state and what the server shows about itself (snapshots, the admin
 //!   endpoint's source); `recording`: each worker's counters; `conn_table`: `stats conns`' sockets;
-//! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`.
+//! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`;
+//! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads.
 
 mod binary;
 mod config;
@@ -19,11 +20,13 @@ mod conn_table;
 mod framing;
 mod meta;
 mod net;
+mod notify;
 mod ops;
 mod placement;
 mod prefix_stats;
 mod process;
 mod recording;
+mod reload;
 mod shared;
 mod text;
 mod udp;
@@ -39,7 +42,7 @@ use anyhow::Context;
 pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
 pub use ops::VERSION_REPLY;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tern_store::{Clock, Config, PageKind, Store};
 
 use crate::placement::Placement;
@@ -58,6 +61,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let log_level = init_logging(settings.verbose);
     settings.warn_ignored();
     settings.absolutize_paths()?;
+    let reloader = reload::Reloader::new(args)?;
 
     // Sockets first, so a port in use is reported on the terminal even with -d.
     let mut per_worker: Vec<Vec<net::Listener>> =
@@ -139,7 +143,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     report_heap(&store, settings.enable_largepages);
     // Registered before any worker runs, so a signal is never lost.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
     let mut shared = Shared::new(settings, store);
@@ -183,7 +187,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .spawn(move || tick_clock(&shared, &clock))?
     };
 
-    let signal = signals.forever().next();
+    notify::ready(&notify::serving_status(&shared.settings));
+
+    let signal = reloader.until_stopped(&mut signals, &shared);
+    notify::stopping();
     tracing::info!(?signal, "stopping: no new connections, finishing replies");
     shared.shutdown.store(true, Ordering::SeqCst);
     for waker in &wakers {

@@ -63,7 +63,12 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `tern serve -l 127.0.0.1 -p <free port> <args>` and waits until it accepts.
     pub fn tern(args: &[&str]) -> ServerProcess {
-        let port = free_port();
+        Self::tern_on_port(free_port(), args)
+    }
+
+    /// Starts `tern serve -l 127.0.0.1 -p <port> <args>` on a port the caller chose (a planned
+    /// one), and waits until it accepts.
+    pub fn tern_on_port(port: u16, args: &[&str]) -> ServerProcess {
         let mut cmd = Command::new(tern_bin());
         cmd.arg("serve")
             .args(["-l", "127.0.0.1", "-p", &port.to_string()])
@@ -91,8 +96,9 @@ impl ServerProcess {
         Self::spawn(cmd, port)
     }
 
-    /// Spawns `cmd` and waits until it accepts TCP on `port`.
-    fn spawn(cmd: Command, port: u16) -> ServerProcess {
+    /// Spawns `cmd` (any server: tern, memcached, a proxy in front of them) and waits until it
+    /// accepts TCP on 127.0.0.1:`port`.
+    pub fn spawn(cmd: Command, port: u16) -> ServerProcess {
         Self::start(cmd, port, || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
         })

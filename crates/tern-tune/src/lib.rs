@@ -38,7 +38,9 @@ enum TuneCommand {
     /// check fails.
     Doctor(DoctorArgs),
     /// Plan instances, worker CPUs, interrupt CPUs and memory; print them as commands, a shell
-    /// script or systemd units; --apply writes the IRQ affinities.
+    /// script, systemd drop-ins for the packaged units, or the pool configs clients need to use
+    /// the instances as one cache (twemproxy, ketama server list); --apply writes the IRQ
+    /// affinities.
     Plan(PlanArgs),
 }
 
@@ -103,8 +105,13 @@ enum PlanFormat {
     Commands,
     /// A commented shell script with the cset, taskset and smp_affinity steps.
     Script,
-    /// systemd unit files (each under a header; --out writes them as files).
+    /// systemd files: drop-ins for the packaged tern@N.service (one per NUMA node) or
+    /// tern.service, and the IRQ unit (each under a header; --out writes them as files).
     Systemd,
+    /// A twemproxy (nutcracker) pool YAML over the instances: ketama, MD5.
+    Twemproxy,
+    /// The instances as host:port lines, for ketama clients.
+    Servers,
     Json,
 }
 
@@ -142,12 +149,22 @@ struct PlanArgs {
     /// Pass -k (locked memory) to the instances.
     #[arg(short = 'k', long = "lock-memory")]
     lock_memory: bool,
-    /// Path of the tern binary in commands and units.
-    #[arg(long, default_value = "/usr/local/bin/tern")]
+    /// Admin endpoint port of the first instance; others count up [default: none].
+    #[arg(long, value_name = "PORT")]
+    admin_port: Option<u16>,
+    /// Path of the tern binary in commands and units (the Debian package's by default).
+    #[arg(long, default_value = plan::PACKAGED_BIN)]
     bin: String,
     #[arg(long, value_enum, default_value = "table")]
     format: PlanFormat,
-    /// With --format systemd: write the unit files into this directory.
+    /// Address clients reach the instances at, in the pool configs.
+    #[arg(long, default_value = "127.0.0.1")]
+    address: String,
+    /// Where the twemproxy pool listens.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:22121")]
+    proxy_listen: String,
+    /// With --format systemd, twemproxy or servers: write the files into this directory
+    /// (systemd: /etc/systemd/system) instead of printing them.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Write the planned IRQ affinities to /proc/irq/N/smp_affinity_list (root), nothing else.
@@ -405,6 +422,7 @@ fn plan(a: PlanArgs) -> Result<ExitCode> {
         port: a.port,
         large_pages: a.large_pages,
         lock_memory: a.lock_memory,
+        admin_port: a.admin_port,
         bin: a.bin,
     };
     let plan = plan::make_plan(&topology, &req)?;
@@ -414,26 +432,47 @@ fn plan(a: PlanArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let files: Vec<(String, String)> = match a.format {
+        PlanFormat::Systemd => plan.render_units(),
+        PlanFormat::Twemproxy => vec![(
+            "nutcracker.yml".to_string(),
+            plan.render_twemproxy(&a.address, &a.proxy_listen),
+        )],
+        PlanFormat::Servers => vec![(
+            "tern-servers.txt".to_string(),
+            plan.render_servers(&a.address),
+        )],
+        _ => Vec::new(),
+    };
+    if let Some(dir) = &a.out {
+        if files.is_empty() {
+            anyhow::bail!("--out writes files: add --format systemd, twemproxy or servers");
+        }
+        write_files(&files, dir)?;
+        if a.format == PlanFormat::Systemd {
+            println!("then: {}", plan.enable_command());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     match a.format {
         PlanFormat::Table => print!("{}", plan.render_table()),
         PlanFormat::Commands => print!("{}", plan.render_commands()),
         PlanFormat::Script => print!("{}", plan.render_script()),
         PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-        PlanFormat::Systemd => match &a.out {
-            Some(dir) => write_units(&plan, dir)?,
-            None => print!("{}", plan.render_units_text()),
-        },
-    }
-    if a.out.is_some() && a.format != PlanFormat::Systemd {
-        anyhow::bail!("--out writes systemd units: add --format systemd");
+        PlanFormat::Systemd => print!("{}", plan.render_units_text()),
+        PlanFormat::Twemproxy | PlanFormat::Servers => print!("{}", files[0].1),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_units(plan: &plan::Plan, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    for (name, body) in plan.render_units() {
-        let path = dir.join(&name);
+/// Writes each (relative path, contents) under `dir`, making the drop-in directories.
+fn write_files(files: &[(String, String)], dir: &Path) -> Result<()> {
+    for (name, body) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("create {}", parent.display()))?;
+        }
         std::fs::write(&path, body).with_context(|| format!("write {}", path.display()))?;
         println!("wrote {}", path.display());
     }

@@ -47,9 +47,14 @@ pub struct PlanRequest {
     pub port: u16,
     pub large_pages: bool,
     pub lock_memory: bool,
+    /// Admin endpoint port of the first instance (the others count up); `None`: no endpoint.
+    pub admin_port: Option<u16>,
     /// Path of the tern binary in commands and units.
     pub bin: String,
 }
+
+/// Where the Debian package installs tern, and so where its systemd units run it from.
+pub const PACKAGED_BIN: &str = "/usr/bin/tern";
 
 impl Default for PlanRequest {
     fn default() -> PlanRequest {
@@ -64,7 +69,8 @@ impl Default for PlanRequest {
             port: 11211,
             large_pages: false,
             lock_memory: false,
-            bin: "/usr/local/bin/tern".to_string(),
+            admin_port: None,
+            bin: PACKAGED_BIN.to_string(),
         }
     }
 }
@@ -132,6 +138,9 @@ pub struct PlannedInstance {
     pub memory_mib: u64,
     /// `tern serve` argv.
     pub command: Vec<String>,
+    /// The packaged systemd unit that runs it: `tern@N.service` for NUMA node N's instance,
+    /// `tern.service` for a single one.
+    pub unit: String,
 }
 
 /// A layout.
@@ -363,10 +372,19 @@ pub fn make_plan(topology: &Topology, req: &PlanRequest) -> Result<Plan> {
         let workers: CpuSet = group.iter().copied().collect();
         let nodes = topology.nodes_of(&workers);
         let port = req.port.checked_add(i as u16).context("--port too high")?;
-        let name = if nodes.len() == 1 && req.instances == Instances::PerNode {
-            format!("tern-node{}", nodes.first().unwrap_or(0))
-        } else {
-            format!("tern-{i}")
+        let admin_port = match req.admin_port {
+            Some(first) => Some(
+                first
+                    .checked_add(i as u16)
+                    .context("--admin-port too high")?,
+            ),
+            None => None,
+        };
+        let (name, unit) = match nodes.first() {
+            Some(node) if nodes.len() == 1 && req.instances == Instances::PerNode => {
+                (format!("tern-node{node}"), format!("tern@{node}.service"))
+            }
+            _ => (format!("tern-{i}"), "tern.service".to_string()),
         };
         if nodes.len() > 1 {
             notes.push(format!(
@@ -407,6 +425,9 @@ pub fn make_plan(topology: &Topology, req: &PlanRequest) -> Result<Plan> {
         if req.lock_memory {
             command.push("-k".to_string());
         }
+        if let Some(admin_port) = admin_port {
+            command.extend(["--admin-port".to_string(), admin_port.to_string()]);
+        }
         instances.push(PlannedInstance {
             name,
             nodes,
@@ -414,6 +435,7 @@ pub fn make_plan(topology: &Topology, req: &PlanRequest) -> Result<Plan> {
             workers,
             memory_mib: memory_each,
             command,
+            unit,
         });
     }
 
@@ -648,8 +670,10 @@ impl Plan {
         s
     }
 
-    /// systemd units: one per instance, plus a oneshot that re-applies the IRQ affinities at boot.
-    /// Returns (file name, contents).
+    /// The systemd files: a oneshot unit that re-applies the IRQ affinities at boot, and per
+    /// instance a drop-in for the packaged unit that runs it (`tern@N.service` per NUMA node,
+    /// `tern.service` for a single instance), which holds the unit's hardening and user.
+    /// Returns (path under /etc/systemd/system, contents).
     pub fn render_units(&self) -> Vec<(String, String)> {
         let mut units = Vec::new();
         let irq_unit = "tern-irq-affinity.service";
@@ -682,22 +706,39 @@ impl Plan {
             units.push((irq_unit.to_string(), u));
         }
         for inst in &self.instances {
+            let template = inst.unit != "tern.service";
+            // The command line less the binary and `serve`, and less the --numa-node the
+            // template adds itself from the instance name.
+            let mut args: Vec<String> = inst.command.iter().skip(2).cloned().collect();
+            if template {
+                if let Some(at) = args.iter().position(|a| a == "--numa-node") {
+                    args.drain(at..at + 2);
+                }
+            }
             let mut u = String::new();
-            let _ = writeln!(u, "[Unit]");
             let _ = writeln!(
                 u,
-                "Description=tern cache {} (port {}, NUMA node {}, workers on CPUs {})",
-                inst.name, inst.port, inst.nodes, inst.workers
+                "# {}: port {}, NUMA node {}, workers on CPUs {}, {} MiB.",
+                inst.name, inst.port, inst.nodes, inst.workers, inst.memory_mib
             );
-            let _ = writeln!(u, "After=network-online.target");
-            let _ = writeln!(u, "Wants=network-online.target");
+            let _ = writeln!(
+                u,
+                "# A drop-in for the packaged {}{}.",
+                inst.unit,
+                if template {
+                    format!(", which adds --numa-node {}", inst.nodes)
+                } else {
+                    String::new()
+                }
+            );
             if has_irqs {
+                let _ = writeln!(u, "[Unit]");
                 let _ = writeln!(u, "After={irq_unit}");
                 let _ = writeln!(u, "Wants={irq_unit}");
+                let _ = writeln!(u);
             }
-            let _ = writeln!(u);
             let _ = writeln!(u, "[Service]");
-            let _ = writeln!(u, "ExecStart={}", shell_line(&inst.command));
+            let _ = writeln!(u, "Environment=\"TERN_ARGS={}\"", args.join(" "));
             let _ = writeln!(
                 u,
                 "# The unit's shield: the process may only run on its workers' CPUs."
@@ -707,28 +748,120 @@ impl Plan {
                 "CPUAffinity={}",
                 inst.workers.to_string().replace(',', " ")
             );
-            let _ = writeln!(u, "NUMAPolicy=bind");
-            let _ = writeln!(u, "NUMAMask={}", inst.nodes);
-            let _ = writeln!(u, "LimitNOFILE=65536");
+            if inst.nodes.len() == 1 {
+                let _ = writeln!(
+                    u,
+                    "# Memory from its node from the first page on (systemd takes no %i here)."
+                );
+                let _ = writeln!(u, "NUMAPolicy=bind");
+                let _ = writeln!(u, "NUMAMask={}", inst.nodes);
+            }
             if self.lock_memory {
                 let _ = writeln!(u, "LimitMEMLOCK=infinity");
             }
-            let _ = writeln!(u, "Restart=on-failure");
-            let _ = writeln!(u);
-            let _ = writeln!(u, "[Install]");
-            let _ = writeln!(u, "WantedBy=multi-user.target");
-            units.push((format!("{}.service", inst.name), u));
+            units.push((format!("{}.d/tern-tune-plan.conf", inst.unit), u));
         }
         units
     }
 
-    /// All units in one text, each under a `# ---- name ----` header.
+    /// What to run once the files are in /etc/systemd/system.
+    pub fn enable_command(&self) -> String {
+        let mut units: Vec<String> = Vec::new();
+        if self.nic.as_ref().is_some_and(|n| !n.irqs.is_empty()) {
+            units.push("tern-irq-affinity.service".into());
+        }
+        units.extend(self.instances.iter().map(|i| i.unit.clone()));
+        let single = self.instances.iter().all(|i| i.unit == "tern.service");
+        format!(
+            "systemctl daemon-reload && {}systemctl enable --now {} (restart the instances that already run)",
+            if single {
+                ""
+            } else {
+                "systemctl disable --now tern.service && "
+            },
+            units.join(" ")
+        )
+    }
+
+    /// All systemd files in one text, each under a `# ---- path ----` header, then what to run.
     pub fn render_units_text(&self) -> String {
-        self.render_units()
+        let files: Vec<String> = self
+            .render_units()
             .iter()
             .map(|(name, body)| format!("# ---- {name} ----\n{body}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        format!(
+            "{}\n# Written with --out /etc/systemd/system; then: {}\n",
+            files.join("\n"),
+            self.enable_command()
+        )
+    }
+
+    /// A twemproxy (nutcracker) pool over the instances, reached at `address`, with the proxy
+    /// listening on `listen`.
+    pub fn render_twemproxy(&self, address: &str, listen: &str) -> String {
+        let mut y = String::new();
+        let _ = writeln!(
+            y,
+            "# twemproxy (nutcracker) pool over the {} tern instance(s) of this plan: nutcracker -c FILE",
+            self.instances.len()
+        );
+        let _ = writeln!(
+            y,
+            "# ketama over MD5, each server named as libmemcached names it on its ring, so this proxy"
+        );
+        let _ = writeln!(
+            y,
+            "# and a ketama client given the same servers in the same order (tern tune plan"
+        );
+        let _ = writeln!(y, "# --format servers) put every key on the same instance.");
+        let _ = writeln!(y, "tern:");
+        let _ = writeln!(y, "  listen: {listen}");
+        let _ = writeln!(y, "  hash: md5");
+        let _ = writeln!(y, "  distribution: ketama");
+        let _ = writeln!(
+            y,
+            "  # An instance answers in microseconds: a second without an answer is a failure."
+        );
+        let _ = writeln!(y, "  timeout: 1000");
+        let _ = writeln!(y, "  preconnect: true");
+        let _ = writeln!(
+            y,
+            "  # A stopped instance is not ejected: its keys fail rather than move, as with a client."
+        );
+        let _ = writeln!(y, "  auto_eject_hosts: false");
+        let _ = writeln!(y, "  servers:");
+        for inst in &self.instances {
+            let _ = writeln!(
+                y,
+                "    - {address}:{}:1 {}",
+                inst.port,
+                ketama_name(address, inst.port)
+            );
+        }
+        y
+    }
+
+    /// The instances as `host:port` lines, in the pool's order, for ketama clients.
+    pub fn render_servers(&self, address: &str) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# The {} tern instance(s) of this plan, in order, for ketama clients (libmemcached with",
+            self.instances.len()
+        );
+        let _ = writeln!(
+            s,
+            "# MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, tern bench -s): they place keys as the twemproxy"
+        );
+        let _ = writeln!(
+            s,
+            "# pool of --format twemproxy does. Comma-separated: grep -v '^#' FILE | paste -sd,"
+        );
+        for inst in &self.instances {
+            let _ = writeln!(s, "{address}:{}", inst.port);
+        }
+        s
     }
 
     /// Writes each IRQ's planned CPU to `root/proc/irq/N/smp_affinity_list` and nothing else.
@@ -764,6 +897,16 @@ impl Plan {
             );
         }
         Ok(report)
+    }
+}
+
+/// A server's name on libmemcached's ketama ring: `host` alone on the default port 11211,
+/// `host:port` otherwise (tern bench's `Target::ring_name` agrees).
+fn ketama_name(address: &str, port: u16) -> String {
+    if port == 11211 {
+        address.to_string()
+    } else {
+        format!("{address}:{port}")
     }
 }
 

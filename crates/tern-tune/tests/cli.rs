@@ -222,7 +222,7 @@ fn plan_outputs_match_the_golden_files() {
     let commands = ok(&["plan", "--root", &root, "--format", "commands"]);
     assert_eq!(
         commands,
-        "/usr/local/bin/tern serve -p 11211 -t 6 -m 64 --pin 2-7 --numa-node 0\n"
+        "/usr/bin/tern serve -p 11211 -t 6 -m 64 --pin 2-7 --numa-node 0\n"
     );
     let json: serde_json::Value =
         serde_json::from_str(&ok(&["plan", "--root", &root, "--format", "json"])).unwrap();
@@ -243,9 +243,22 @@ fn plan_writes_units_and_applies_irq_affinity_to_a_copied_tree() {
         "--out",
         units.to_str().unwrap(),
     ]);
-    assert_eq!(written.lines().count(), 3, "{written}");
-    let node1 = std::fs::read_to_string(units.join("tern-node1.service")).unwrap();
+    // The IRQ unit and one drop-in per node for the packaged template, then what to run.
+    assert_eq!(written.lines().count(), 4, "{written}");
+    assert!(
+        written.contains(
+            "systemctl enable --now tern-irq-affinity.service tern@0.service tern@1.service"
+        ),
+        "{written}"
+    );
+    let node1 =
+        std::fs::read_to_string(units.join("tern@1.service.d/tern-tune-plan.conf")).unwrap();
     assert!(node1.contains("NUMAMask=1"), "{node1}");
+    // The template adds --numa-node from the instance name.
+    assert!(
+        node1.contains("Environment=\"TERN_ARGS=-p 11212 -t 6 -m 64 --pin 6-11\"\n"),
+        "{node1}"
+    );
 
     let copy = scratch.join("root");
     copy_tree(&fixture("xeon-e5-2620-2s"), &copy);

@@ -126,6 +126,13 @@ fn amd_four_nodes_nic_on_node_three() {
         assert_eq!(inst.nodes.len(), 1);
     }
     check_all("amd-per-node", &plan);
+    // The pool configs: every instance in port order, the default port named as libmemcached
+    // names it on its ring.
+    check_golden(
+        "amd-per-node.twemproxy.yml",
+        &plan.render_twemproxy("10.0.0.5", "127.0.0.1:22121"),
+    );
+    check_golden("amd-per-node.servers", &plan.render_servers("10.0.0.5"));
 }
 
 #[test]
