@@ -2,6 +2,7 @@
 //! connections. Serving a request takes no lock here (the store does its own sharded locking);
 //! the worker's `stats conns` table is locked only on accept and close.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -45,8 +46,10 @@ pub struct Worker {
     udp: Vec<UdpServer>,
     /// UDP sockets that stopped at their per-turn budget with datagrams left.
     udp_again: Vec<usize>,
-    /// At -c without maxconns_fast: clients wait in the backlog until a connection closes.
+    /// At -c without maxconns_fast: clients wait (in `waiting`, then in the backlog) until a
+    /// connection closes.
     accept_paused: bool,
+    waiting: VecDeque<Stream>,
     /// The server second of the last idle-connection check.
     idle_checked: u32,
 }
@@ -91,6 +94,7 @@ impl Worker {
             udp: Vec::new(),
             udp_again: Vec::new(),
             accept_paused: false,
+            waiting: VecDeque::new(),
             idle_checked: 0,
         })
     }
@@ -156,12 +160,9 @@ impl Worker {
                 self.serve_udp(idx);
             }
             if self.accept_paused && draining_since.is_none() {
-                // -o no_maxconns_fast: clients left waiting in the backlog come in as others
-                // leave (on any worker, so this one looks again every 50 ms).
-                self.accept_paused = false;
-                for listener in 0..self.listeners.len() {
-                    self.accept(listener);
-                }
+                // -o no_maxconns_fast: waiting clients come in as others leave (on any
+                // worker, so this one looks again every 50 ms).
+                self.admit_waiting();
             }
             self.close_idle();
             if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
@@ -190,16 +191,12 @@ impl Worker {
     }
 
     fn accept(&mut self, listener: usize) {
+        // Without maxconns_fast, clients over -c wait: first those already taken in, then
+        // the backlog, as slots free up.
+        if self.accept_paused {
+            return;
+        }
         loop {
-            if !self.shared.settings.maxconns_fast
-                && self.shared.curr_connections.load(Ordering::Relaxed)
-                    >= self.shared.settings.conn_limit
-            {
-                // Without maxconns_fast memcached stops accepting at -c: the client waits
-                // in the backlog instead of being told no.
-                self.accept_paused = true;
-                return;
-            }
             let stream = match self.listeners[listener].accept() {
                 Ok(stream) => stream,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -210,46 +207,76 @@ impl Worker {
                     return;
                 }
             };
-            let metrics = &self.shared.workers[self.id].metrics;
-            let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
-            if open >= self.shared.settings.conn_limit {
-                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                metrics.conn_rejected();
-                let mut stream = stream;
-                // Best effort, like memcached: the reply fits any socket buffer.
-                let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
-                continue;
+            if let Err(stream) = self.admit(stream) {
+                if self.shared.settings.maxconns_fast {
+                    self.shared.workers[self.id].metrics.conn_rejected();
+                    let mut stream = stream;
+                    // Best effort, like memcached: the reply fits any socket buffer.
+                    let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+                } else {
+                    // memcached stops accepting at -c: this client waits, unread, and so
+                    // do those still in the backlog.
+                    self.waiting.push_back(stream);
+                    self.accept_paused = true;
+                    return;
+                }
             }
-            metrics.conn_opened();
-            let idx = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.conns.len() - 1
-            });
-            let mut conn = Conn::new(stream);
-            if let Err(e) = self.poll.registry().register(
-                &mut conn.stream,
-                Token(FIRST_CONN + idx),
-                Interest::READABLE,
-            ) {
-                tracing::warn!(worker = self.id, "cannot register a connection: {e}");
-                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                metrics.conn_closed();
-                self.free.push(idx);
-                continue;
-            }
-            let entry = ConnEntry::client(&conn.stream, self.shared.store.clock().now());
-            let activity_fd = entry.fd;
-            let activity = (entry.fd, entry.last_cmd.clone());
-            if idx < self.activity.len() {
-                self.activity[idx] = activity;
-            } else {
-                self.activity.push(activity);
-            }
-            self.conn_table().push(entry);
-            log_conn_event(&self.shared, &conn.stream, activity_fd, "conn_new", "");
-            self.conns[idx] = Some(conn);
-            tracing::debug!(worker = self.id, conn = idx, "new connection");
         }
+    }
+
+    /// Takes a waiting client in for each slot that has freed up, then goes back to the
+    /// backlog once none waits.
+    fn admit_waiting(&mut self) {
+        while let Some(stream) = self.waiting.pop_front() {
+            if let Err(stream) = self.admit(stream) {
+                self.waiting.push_front(stream);
+                return;
+            }
+        }
+        self.accept_paused = false;
+        for listener in 0..self.listeners.len() {
+            self.accept(listener);
+        }
+    }
+
+    /// Registers a new client unless -c connections are open (then it is handed back).
+    fn admit(&mut self, stream: Stream) -> Result<(), Stream> {
+        let metrics = &self.shared.workers[self.id].metrics;
+        let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+        if open >= self.shared.settings.conn_limit {
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(stream);
+        }
+        metrics.conn_opened();
+        let idx = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        let mut conn = Conn::new(stream);
+        if let Err(e) = self.poll.registry().register(
+            &mut conn.stream,
+            Token(FIRST_CONN + idx),
+            Interest::READABLE,
+        ) {
+            tracing::warn!(worker = self.id, "cannot register a connection: {e}");
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            metrics.conn_closed();
+            self.free.push(idx);
+            return Ok(());
+        }
+        let entry = ConnEntry::client(&conn.stream, self.shared.store.clock().now());
+        let activity_fd = entry.fd;
+        let activity = (entry.fd, entry.last_cmd.clone());
+        if idx < self.activity.len() {
+            self.activity[idx] = activity;
+        } else {
+            self.activity.push(activity);
+        }
+        self.conn_table().push(entry);
+        log_conn_event(&self.shared, &conn.stream, activity_fd, "conn_new", "");
+        self.conns[idx] = Some(conn);
+        tracing::debug!(worker = self.id, conn = idx, "new connection");
+        Ok(())
     }
 
     /// -o idle_timeout: closes connections that brought no command for that many seconds
