@@ -302,3 +302,87 @@ fn large_values_arrive_whole_and_too_large_ones_are_skipped() {
     let after = read_reply(&mut c);
     assert_eq!((after.status, after.opaque), (1, 4));
 }
+
+/// A binary Stat: each statistic's (name, value), or the error status.
+fn binary_stats(c: &mut Conn, group: &[u8]) -> Result<Vec<(String, String)>, u16> {
+    c.send(&frame(STAT, &[], group, b"", 7));
+    let mut stats = Vec::new();
+    loop {
+        let r = read_reply(c);
+        if r.status != 0 {
+            return Err(r.status);
+        }
+        if r.key.is_empty() {
+            return Ok(stats);
+        }
+        stats.push((
+            String::from_utf8(r.key).unwrap(),
+            String::from_utf8(r.value).unwrap(),
+        ));
+    }
+}
+
+#[test]
+fn stat_groups_answer_as_memcached_does() {
+    let tern = ServerProcess::tern(&[]);
+    let memcached = ServerProcess::memcached(&[]);
+    let (mut t, mut m) = (tern.connect(), memcached.connect());
+    for c in [&mut t, &mut m] {
+        c.send(&frame(SET, &set_extras(0, 0), b"user:1", b"v", 1));
+        read_reply(c);
+    }
+    // `detail on` and `off` answer with the end packet alone; `dump` is one `detailed` stat
+    // holding the text protocol's dump; an unknown `detail` word is Key not found.
+    for group in [&b"detail on"[..], b"detail off", b"detail bogus", b"bogus"] {
+        assert_eq!(
+            binary_stats(&mut t, group),
+            binary_stats(&mut m, group),
+            "{}",
+            String::from_utf8_lossy(group)
+        );
+    }
+    binary_stats(&mut t, b"detail on").unwrap();
+    binary_stats(&mut m, b"detail on").unwrap();
+    for c in [&mut t, &mut m] {
+        c.send(&frame(GET, &[], b"user:1", b"", 2));
+        read_reply(c);
+    }
+    let dump = binary_stats(&mut t, b"detail dump").unwrap();
+    assert_eq!(dump, binary_stats(&mut m, b"detail dump").unwrap());
+    assert_eq!(dump[0].0, "detailed");
+    assert!(
+        dump[0].1.contains("PREFIX user get 1 hit 1 set 0 del 0"),
+        "{dump:?}"
+    );
+    // `settings` and `items`: the same statistics as over text, under memcached's names
+    // (tern's own settings aside: tern has no slab or LRU settings to show).
+    let tern_only = [
+        "lock_memory",
+        "large_memory_pages",
+        "admin_port",
+        "hotkey_sample_rate",
+        "hotkey_window",
+        "eviction",
+        "worker_cpus",
+        "numa_node",
+    ];
+    for group in [&b"settings"[..], b"items"] {
+        let ours = binary_stats(&mut t, group).unwrap();
+        let theirs: Vec<String> = binary_stats(&mut m, group)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        for (name, _) in &ours {
+            assert!(
+                theirs.contains(name) || tern_only.contains(&name.as_str()),
+                "{name} is not memcached's"
+            );
+        }
+        let text = tern
+            .connect()
+            .stats(&format!("stats {}\r\n", String::from_utf8_lossy(group)));
+        assert_eq!(ours.len(), text.len());
+        assert!(ours.iter().all(|(name, _)| text.contains_key(name)));
+    }
+}
