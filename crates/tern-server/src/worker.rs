@@ -164,7 +164,9 @@ impl Worker {
                 // worker, so this one looks again every 50 ms).
                 self.admit_waiting();
             }
-            self.close_idle();
+            if self.shared.settings.idle_timeout_secs > 0 {
+                self.close_idle();
+            }
             if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
                 self.begin_drain();
                 draining_since = Some(Instant::now());
@@ -285,7 +287,7 @@ impl Worker {
     fn close_idle(&mut self) {
         let limit = self.shared.settings.idle_timeout_secs;
         let now = self.shared.store.clock().now();
-        if limit == 0 || now == self.idle_checked {
+        if now == self.idle_checked {
             return;
         }
         self.idle_checked = now;
