@@ -1,5 +1,7 @@
 //! The free-segment pool, shared by all shards: a bitmap rather than a list, so a large item
-//! can find a run of contiguous free segments.
+//! can find a run of contiguous free segments. It also holds the memory limit: how many
+//! segments may be in use at once (`Store::set_memory_limit`), so a write past it makes room
+//! the way it would in a full heap.
 
 use std::sync::MutexGuard;
 
@@ -11,6 +13,8 @@ pub(crate) struct Pool {
     claimed: Vec<u64>,
     free_count: usize,
     segments: usize,
+    /// Segments that may be in use (not free: owned, in a pending run, or claimed) at once.
+    limit: usize,
     /// Where the next large-item window starts, so evictions for runs rotate over the heap.
     window: usize,
 }
@@ -35,6 +39,7 @@ impl Pool {
             claimed: vec![0; words],
             free_count: segments,
             segments,
+            limit: segments,
             window: 0,
         };
         for i in 0..segments {
@@ -47,6 +52,25 @@ impl Pool {
         self.free_count
     }
 
+    pub(crate) fn in_use(&self) -> usize {
+        self.segments - self.free_count
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sets the memory limit in segments; segments in use beyond it stay until freed.
+    pub(crate) fn set_limit(&mut self, segments: usize) {
+        debug_assert!(segments <= self.segments);
+        self.limit = segments;
+    }
+
+    /// Segments that may still leave the pool before the limit is reached.
+    fn room(&self) -> usize {
+        self.limit.saturating_sub(self.in_use())
+    }
+
     pub(crate) fn is_free(&self, seg: u32) -> bool {
         bit(&self.free, seg as usize)
     }
@@ -55,13 +79,21 @@ impl Pool {
         bit(&self.claimed, seg as usize)
     }
 
-    /// The lowest free segment: low segments are reused first, so untouched pages stay out of
-    /// RSS as long as possible.
+    fn remove(&mut self, seg: usize) {
+        debug_assert!(bit(&self.free, seg));
+        set_bit(&mut self.free, seg, false);
+        self.free_count -= 1;
+    }
+
+    /// The lowest free segment, unless the limit is reached: low segments are reused first,
+    /// so untouched pages stay out of RSS as long as possible.
     pub(crate) fn take(&mut self) -> Option<u32> {
+        if self.room() == 0 {
+            return None;
+        }
         let word = self.free.iter().position(|&w| w != 0)?;
         let i = word * 64 + self.free[word].trailing_zeros() as usize;
-        set_bit(&mut self.free, i, false);
-        self.free_count -= 1;
+        self.remove(i);
         Some(i as u32)
     }
 
@@ -76,7 +108,7 @@ impl Pool {
     }
 
     /// The first run of `len` free segments.
-    pub(crate) fn find_run(&self, len: usize) -> Option<usize> {
+    fn find_run(&self, len: usize) -> Option<usize> {
         let mut start = 0;
         for i in 0..self.segments {
             if !bit(&self.free, i) {
@@ -88,33 +120,39 @@ impl Pool {
         None
     }
 
-    /// Takes the free run `find_run` found.
-    pub(crate) fn take_run(&mut self, start: usize, len: usize) {
-        for seg in start..start + len {
-            debug_assert!(bit(&self.free, seg));
-            set_bit(&mut self.free, seg, false);
+    /// Takes the first run of `len` free segments, unless that would pass the limit.
+    pub(crate) fn take_run(&mut self, len: usize) -> Option<usize> {
+        if self.room() < len {
+            return None;
         }
-        self.free_count -= len;
+        let start = self.find_run(len)?;
+        for seg in start..start + len {
+            self.remove(seg);
+        }
+        Some(start)
     }
 
     /// Claims the next window of `len` segments, from where the last one ended, that no other
-    /// large write has claimed and whose every segment is `usable`; its free segments leave
-    /// the pool, and the others stay out of it when freed, until `unclaim`.
+    /// large write has claimed, whose every segment is `usable`, and whose free segments fit
+    /// under the limit; those leave the pool, and the others stay out of it when freed, until
+    /// `unclaim`. So a window of segments in use costs no room, and one with free segments
+    /// costs what they add.
     pub(crate) fn claim_window(
         &mut self,
         len: usize,
         usable: impl Fn(u32) -> bool,
     ) -> Option<usize> {
         let starts = self.segments - len + 1;
-        let start = (0..starts)
-            .map(|i| (self.window + i) % starts)
-            .find(|&s| (s..s + len).all(|seg| !bit(&self.claimed, seg) && usable(seg as u32)))?;
+        let room = self.room();
+        let start = (0..starts).map(|i| (self.window + i) % starts).find(|&s| {
+            (s..s + len).all(|seg| !bit(&self.claimed, seg) && usable(seg as u32))
+                && (s..s + len).filter(|&seg| bit(&self.free, seg)).count() <= room
+        })?;
         self.window = start + len;
         for seg in start..start + len {
             set_bit(&mut self.claimed, seg, true);
             if bit(&self.free, seg) {
-                set_bit(&mut self.free, seg, false);
-                self.free_count -= 1;
+                self.remove(seg);
             }
         }
         Some(start)
@@ -141,19 +179,45 @@ mod tests {
     fn low_segments_first_and_claims_keep_segments_out() {
         let mut pool = Pool::new(70);
         assert_eq!((pool.take(), pool.take()), (Some(0), Some(1)));
-        assert_eq!(pool.find_run(68), Some(2));
-        assert_eq!(pool.find_run(69), None);
         pool.give(0);
-        assert_eq!(pool.find_run(69), None);
         assert_eq!(pool.claim_window(3, |seg| seg != 2), Some(3));
         assert_eq!(pool.free_count(), 69 - 3);
         assert!(!pool.is_free(4) && pool.is_claimed(4));
         pool.unclaim(3, 3);
         pool.give(4);
         assert_eq!(pool.free_count(), 69 - 2);
-        pool.take_run(64, 6);
+        assert_eq!(pool.take_run(6), Some(6));
         assert_eq!(pool.free_count(), 69 - 8);
-        assert_eq!((pool.find_run(58), pool.find_run(59)), (Some(6), None));
-        assert_eq!(pool.take(), Some(0));
+        assert_eq!((pool.take_run(59), pool.take_run(58)), (None, Some(12)));
+        assert_eq!(
+            (pool.take(), pool.take(), pool.take()),
+            (Some(0), Some(2), Some(4))
+        );
+    }
+
+    #[test]
+    fn nothing_leaves_the_pool_past_the_limit() {
+        let mut pool = Pool::new(10);
+        pool.set_limit(4);
+        assert_eq!(pool.take_run(3), Some(0));
+        assert_eq!(pool.take_run(2), None);
+        assert_eq!((pool.take(), pool.take()), (Some(3), None));
+        assert_eq!(pool.in_use(), 4);
+        // A window of segments in use costs no room; its free segments cost one each.
+        assert_eq!(pool.claim_window(2, |_| true), Some(0));
+        pool.unclaim(0, 2);
+        pool.give(3);
+        assert_eq!(pool.claim_window(2, |_| true), Some(2));
+        assert_eq!(pool.in_use(), 4);
+        pool.unclaim(2, 2);
+        assert_eq!(pool.claim_window(2, |_| true), Some(0));
+        pool.unclaim(0, 2);
+        // Below what is in use: nothing more until enough comes back.
+        pool.set_limit(2);
+        pool.give(0);
+        pool.give(1);
+        assert_eq!((pool.in_use(), pool.take()), (2, None));
+        pool.set_limit(10);
+        assert_eq!(pool.take_run(6), Some(4));
     }
 }
