@@ -1,6 +1,7 @@
 //! memcached's `cache_memlimit`: the memory limit, lowered or raised while the store runs. The
 //! heap is mapped once at start (`Config::heap_bytes`, memcached's `-m`), so the limit moves
-//! within it: the pool hands out no segment past it, and lowering it evicts down to it.
+//! within it: the pool hands out no segment past it, lowering it evicts down to it, and the
+//! free segments' memory goes back to the OS.
 
 use crate::item;
 use crate::store::Store;
@@ -11,6 +12,9 @@ use crate::Eviction;
 const MIN_LIMIT_BYTES: usize = 8 << 20;
 /// The fewest segments per shard a limit leaves: one being written and one to evict or merge.
 const MIN_SEGMENTS_PER_SHARD: usize = 2;
+/// Memory given back to the OS per hold of the pool lock, so that a writer needing a segment
+/// meanwhile waits for one short madvise, not for the whole heap's.
+const DISCARD_STEP_BYTES: usize = 8 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryLimitError {
@@ -30,8 +34,10 @@ impl Store {
     /// memcached's `cache_memlimit`: sets how much of the heap items may use, `bytes` rounded
     /// down to whole segments. Lowering it frees segments until those in use fit: expired ones
     /// first, then by the eviction policy, each time in the shard holding the heap's oldest
-    /// segment (as a write in a full heap does), one shard's lock at a time. Raising it lets
-    /// writes use the segments again.
+    /// segment (as a write in a full heap does), one shard's lock at a time; then the free
+    /// segments' memory goes back to the OS (MADV_DONTNEED) and RSS falls, except for a heap
+    /// locked with `-k` or backed by MAP_HUGETLB pages (see `Heap::can_discard`). Raising it
+    /// lets writes use the segments again, their pages faulting back in as they are written.
     ///
     /// On return the segments in use fit the limit, unless no more could be freed: with
     /// `Eviction::None` only expired items go, so the limit is set but more may stay in use;
@@ -55,8 +61,16 @@ impl Store {
         if segments < min {
             return Err(MemoryLimitError::TooSmall { min: min * size });
         }
-        self.pool().set_limit(segments);
+        let lowered = {
+            let mut pool = self.pool();
+            let lowered = segments < pool.limit();
+            pool.set_limit(segments);
+            lowered
+        };
         self.evict_to_limit();
+        if lowered {
+            self.discard_free();
+        }
         Ok(())
     }
 
@@ -95,5 +109,82 @@ impl Store {
                 break;
             }
         }
+    }
+
+    /// Gives the memory of the free segments that may hold some back to the OS.
+    fn discard_free(&self) {
+        if !self.segs.can_discard() {
+            return;
+        }
+        let step = DISCARD_STEP_BYTES / self.segs.size();
+        let mut from = 0;
+        loop {
+            let mut pool = self.pool();
+            let Some((start, len)) = pool.warm_free_run(from, step) else {
+                break;
+            };
+            self.segs.discard(&mut pool, start, len);
+            from = start + len;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Clock, Config, Expiry, Store, StoreOp};
+
+    /// Segments with any page in memory, and whether every free one has none.
+    fn residency(s: &Store) -> (usize, bool) {
+        let size = s.segs.size();
+        let pool = s.pool();
+        let resident = |seg: usize| s.segs.heap().resident_pages(seg * size, size) > 0;
+        let in_memory = (0..s.segs.count()).filter(|&seg| resident(seg)).count();
+        let free_released = (0..s.segs.count())
+            .filter(|&seg| pool.is_free(seg as u32))
+            .all(|seg| !resident(seg));
+        (in_memory, free_released)
+    }
+
+    #[test]
+    fn a_shrink_gives_free_memory_back_and_writes_then_stay_within_the_limit() {
+        let s = Store::new(
+            Config {
+                heap_bytes: 32 << 20,
+                shards: 4,
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(1_700_000_000)),
+        )
+        .unwrap();
+        assert!(s.segs.can_discard());
+        s.segs.heap().no_huge_pages();
+        let limit = s.segs.count() / 2;
+        let write = |keys: std::ops::Range<u32>| {
+            for key in keys {
+                s.store(
+                    StoreOp::Set,
+                    &key.to_le_bytes(),
+                    0,
+                    Expiry::NEVER,
+                    &[7; 2000],
+                );
+            }
+        };
+        write(0..20_000);
+        assert!(residency(&s).0 > limit);
+        // Deleting the newest items frees written segments before the shrink evicts more.
+        for key in 18_000..20_000u32 {
+            s.delete(&key.to_le_bytes());
+        }
+        s.set_memory_limit(limit * s.segs.size()).unwrap();
+        let (in_memory, free_released) = residency(&s);
+        assert!(free_released);
+        assert!(in_memory <= limit, "{in_memory} segments in memory");
+        // Written segments are reused before released ones, so memory stays within the limit.
+        write(20_000..40_000);
+        let (in_memory, _) = residency(&s);
+        assert!(in_memory <= limit, "{in_memory} segments in memory");
     }
 }

@@ -11,6 +11,10 @@ pub(crate) struct Pool {
     free: Vec<u64>,
     /// Reserved for a large item being made room for: never handed out, even once free.
     claimed: Vec<u64>,
+    /// Free segments whose pages hold no memory: never written since the heap was mapped, or
+    /// given back to the OS since (`Store::discard_free`). Segments are handed out from the
+    /// others first, so RSS stays as low as the data held allows.
+    cold: Vec<u64>,
     free_count: usize,
     segments: usize,
     /// Segments that may be in use (not free: owned, in a pending run, or claimed) at once.
@@ -37,6 +41,7 @@ impl Pool {
         let mut pool = Pool {
             free: vec![0; words],
             claimed: vec![0; words],
+            cold: vec![0; words],
             free_count: segments,
             segments,
             limit: segments,
@@ -44,6 +49,7 @@ impl Pool {
         };
         for i in 0..segments {
             set_bit(&mut pool.free, i, true);
+            set_bit(&mut pool.cold, i, true);
         }
         pool
     }
@@ -79,20 +85,34 @@ impl Pool {
         bit(&self.claimed, seg as usize)
     }
 
+    /// Takes `seg` out of the pool; its pages are about to be written.
     fn remove(&mut self, seg: usize) {
         debug_assert!(bit(&self.free, seg));
         set_bit(&mut self.free, seg, false);
+        set_bit(&mut self.cold, seg, false);
         self.free_count -= 1;
     }
 
-    /// The lowest free segment, unless the limit is reached: low segments are reused first,
-    /// so untouched pages stay out of RSS as long as possible.
+    /// A free segment, unless the limit is reached: the lowest one not cold (its pages may be
+    /// resident), else the lowest cold one, so memory is faulted in only when no free segment
+    /// has some already. After a shrink, that keeps RSS within the limit as writes go on.
     pub(crate) fn take(&mut self) -> Option<u32> {
         if self.room() == 0 {
             return None;
         }
-        let word = self.free.iter().position(|&w| w != 0)?;
-        let i = word * 64 + self.free[word].trailing_zeros() as usize;
+        let mut lowest_cold = None;
+        let mut pick = None;
+        for (word, (&free, &cold)) in self.free.iter().zip(&self.cold).enumerate() {
+            if free & !cold != 0 {
+                pick = Some((word, free & !cold));
+                break;
+            }
+            if lowest_cold.is_none() && free != 0 {
+                lowest_cold = Some((word, free));
+            }
+        }
+        let (word, bits) = pick.or(lowest_cold)?;
+        let i = word * 64 + bits.trailing_zeros() as usize;
         self.remove(i);
         Some(i as u32)
     }
@@ -107,11 +127,11 @@ impl Pool {
         }
     }
 
-    /// The first run of `len` free segments.
-    fn find_run(&self, len: usize) -> Option<usize> {
+    /// The first run of `len` segments that are all `wanted`.
+    fn find_run(&self, len: usize, wanted: impl Fn(usize) -> bool) -> Option<usize> {
         let mut start = 0;
         for i in 0..self.segments {
-            if !bit(&self.free, i) {
+            if !wanted(i) {
                 start = i + 1;
             } else if i + 1 - start == len {
                 return Some(start);
@@ -120,12 +140,15 @@ impl Pool {
         None
     }
 
-    /// Takes the first run of `len` free segments, unless that would pass the limit.
+    /// Takes the first run of `len` free segments, preferring one whose pages are all
+    /// resident, unless that would pass the limit.
     pub(crate) fn take_run(&mut self, len: usize) -> Option<usize> {
         if self.room() < len {
             return None;
         }
-        let start = self.find_run(len)?;
+        let start = self
+            .find_run(len, |i| bit(&self.free, i) && !bit(&self.cold, i))
+            .or_else(|| self.find_run(len, |i| bit(&self.free, i)))?;
         for seg in start..start + len {
             self.remove(seg);
         }
@@ -163,6 +186,26 @@ impl Pool {
             set_bit(&mut self.claimed, seg, false);
         }
     }
+
+    /// The next run of free segments whose pages may be resident, from segment `from` on, at
+    /// most `max_len` long.
+    pub(crate) fn warm_free_run(&self, from: usize, max_len: usize) -> Option<(usize, usize)> {
+        let warm_free = |i: usize| bit(&self.free, i) && !bit(&self.cold, i);
+        let start = (from..self.segments).find(|&i| warm_free(i))?;
+        let len = (start..self.segments)
+            .take(max_len)
+            .take_while(|&i| warm_free(i))
+            .count();
+        Some((start, len))
+    }
+
+    /// Records that the free segments `start..start + len` hold no memory any more.
+    pub(crate) fn mark_cold(&mut self, start: usize, len: usize) {
+        for seg in start..start + len {
+            debug_assert!(bit(&self.free, seg));
+            set_bit(&mut self.cold, seg, true);
+        }
+    }
 }
 
 impl Store {
@@ -186,12 +229,13 @@ mod tests {
         pool.unclaim(3, 3);
         pool.give(4);
         assert_eq!(pool.free_count(), 69 - 2);
+        // No warm run of 6: the first free one. 0 and 4 were written, so they go before 2.
         assert_eq!(pool.take_run(6), Some(6));
         assert_eq!(pool.free_count(), 69 - 8);
         assert_eq!((pool.take_run(59), pool.take_run(58)), (None, Some(12)));
         assert_eq!(
             (pool.take(), pool.take(), pool.take()),
-            (Some(0), Some(2), Some(4))
+            (Some(0), Some(4), Some(2))
         );
     }
 
@@ -219,5 +263,23 @@ mod tests {
         assert_eq!((pool.in_use(), pool.take()), (2, None));
         pool.set_limit(10);
         assert_eq!(pool.take_run(6), Some(4));
+    }
+
+    #[test]
+    fn written_segments_go_out_before_cold_ones_until_discarded() {
+        let mut pool = Pool::new(130);
+        for seg in 0..70 {
+            assert_eq!(pool.take(), Some(seg));
+        }
+        pool.give(66);
+        pool.give(3);
+        pool.give(4);
+        assert_eq!(pool.warm_free_run(0, 8), Some((3, 2)));
+        assert_eq!(pool.warm_free_run(0, 1), Some((3, 1)));
+        assert_eq!(pool.warm_free_run(5, 8), Some((66, 1)));
+        assert_eq!(pool.take(), Some(3));
+        pool.mark_cold(4, 1);
+        assert_eq!((pool.take(), pool.take()), (Some(66), Some(4)));
+        assert_eq!((pool.warm_free_run(0, 8), pool.take()), (None, Some(70)));
     }
 }
