@@ -26,9 +26,7 @@ impl Store {
             return false;
         }
         let me = sh.owner.id() as usize;
-        let oldest = (0..self.shards.len())
-            .min_by_key(|&s| self.oldest[s].load(Relaxed))
-            .expect("at least one shard");
+        let oldest = self.oldest_shard();
         if oldest != me && self.evict_in_other(oldest, now) {
             return true;
         }
@@ -38,13 +36,25 @@ impl Store {
         (0..self.shards.len()).any(|other| other != me && self.evict_in_other(other, now))
     }
 
+    /// The shard holding the heap's oldest segment, as last published.
+    pub(crate) fn oldest_shard(&self) -> usize {
+        (0..self.shards.len())
+            .min_by_key(|&s| self.oldest[s].load(Relaxed))
+            .expect("at least one shard")
+    }
+
     fn evict_in_other(&self, other: usize, now: UnixSecs) -> bool {
         let Ok(mut guard) = self.shards[other].0.try_lock() else {
             return false;
         };
-        let evicted = self.evict_one(&mut guard, now);
+        self.evict_to_pool(&mut guard, now)
+    }
+
+    /// `evict_one`, handing what it frees to the pool.
+    pub(crate) fn evict_to_pool(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        let evicted = self.evict_one(sh, now);
         if evicted {
-            self.release(&mut guard, false);
+            self.release(sh, false);
         }
         evicted
     }

@@ -1,5 +1,6 @@
 //! The heap: one anonymous mapping of `-m` bytes made at start. Pages are only backed when a
-//! segment is first written, so RSS grows with use and never past the mapping.
+//! segment is first written, so RSS grows with use and never past the mapping; after the memory
+//! limit is lowered, free segments' pages are given back (`discard`).
 
 use crate::StoreError;
 
@@ -20,6 +21,10 @@ pub(crate) struct Heap {
     /// Bytes actually mapped: `len` rounded up to whole huge pages for MAP_HUGETLB.
     mapped: usize,
     pub(crate) pages: PageKind,
+    /// mlocked (`-k`): pages stay resident, and `discard` leaves them be.
+    locked: bool,
+    /// The smallest unit `discard` can give back.
+    page_size: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by the heap for its whole life; which thread may
@@ -50,6 +55,8 @@ impl Heap {
             len,
             mapped,
             pages,
+            locked: false,
+            page_size: page_size(),
         };
         if large_pages && pages == PageKind::Normal {
             // SAFETY: advice on our own mapping; failure only means no transparent huge pages.
@@ -67,8 +74,41 @@ impl Heap {
                      with `ulimit -l` / RLIMIT_MEMLOCK, or start without -k"
                 )));
             }
+            heap.locked = true;
         }
         Ok(heap)
+    }
+
+    /// Whether `discard` may give memory back. Not for mlocked heaps: MADV_DONTNEED refuses
+    /// locked pages (EINVAL), and -k asks for the heap to stay resident. Not for MAP_HUGETLB
+    /// heaps: Linux before 5.18 refuses (EINVAL), 5.18 to 6.0 rounded the end up to a whole
+    /// huge page, zeroing the segments that share it (fixed by "mm,madvise,hugetlb: fix
+    /// unexpected data loss with MADV_DONTNEED on hugetlbfs"), and where it works, whole huge
+    /// pages go back to the reserved huge page pool, not to the system. Transparent huge pages
+    /// are fine: the kernel splits one to free part of it.
+    pub(crate) fn can_discard(&self) -> bool {
+        !self.locked && self.pages != PageKind::HugeTlb
+    }
+
+    /// Gives the memory of the whole pages within `len` bytes at `start` back to the OS with
+    /// MADV_DONTNEED: RSS falls, and the next touch of those bytes faults in a zeroed page.
+    /// Part pages at either end are kept, since the rest of such a page may be in use.
+    /// Returns whether any memory was given back.
+    ///
+    /// # Safety
+    /// `start + len` is within the mapping, no reference into those bytes is alive, and none
+    /// is made until this returns (`Segments::discard`, the only caller, holds the free pool's
+    /// lock over free segments).
+    pub(crate) unsafe fn discard(&self, start: usize, len: usize) -> bool {
+        debug_assert!(start + len <= self.len);
+        let from = start.next_multiple_of(self.page_size);
+        let to = (start + len) / self.page_size * self.page_size;
+        if from >= to {
+            return false;
+        }
+        // SAFETY: whole pages inside our private anonymous mapping (caller's contract), which
+        // no reference points into (caller's contract), so zeroing them breaks no borrow.
+        unsafe { libc::madvise(self.base.add(from).cast(), to - from, libc::MADV_DONTNEED) == 0 }
     }
 
     /// `len` bytes at `start`.
@@ -92,6 +132,12 @@ impl Drop for Heap {
         // they borrow it.
         unsafe { libc::munmap(self.base.cast(), self.mapped) };
     }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
 }
 
 fn map(len: usize, extra_flags: libc::c_int) -> Option<*mut u8> {
@@ -123,4 +169,53 @@ fn map_or_err(len: usize) -> Result<*mut u8, StoreError> {
             std::io::Error::last_os_error()
         ))
     })
+}
+
+#[cfg(test)]
+impl Heap {
+    /// Resident pages among the whole pages of `len` bytes at `start` (mincore).
+    pub(crate) fn resident_pages(&self, start: usize, len: usize) -> usize {
+        let pages = len / self.page_size;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: whole pages inside our mapping; mincore writes one byte per page into `vec`,
+        // which has that many.
+        let rc = unsafe { libc::mincore(self.base.add(start).cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// Asks for 4 KiB pages only, so a test's page counts do not depend on whether the
+    /// machine backs anonymous memory with transparent huge pages.
+    pub(crate) fn no_huge_pages(&self) {
+        // SAFETY: advice on our own mapping; no memory is read or written.
+        let rc = unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_NOHUGEPAGE) };
+        assert_eq!(rc, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discarded_pages_leave_memory_and_read_back_zero_while_their_neighbours_stay() {
+        let page = page_size();
+        let len = 16 * page;
+        let heap = Heap::new(len, false, false).unwrap();
+        heap.no_huge_pages();
+        // SAFETY: the only reference into the heap, dropped at the end of the statement.
+        unsafe { heap.slice(0, len) }.fill(0xab);
+        // SAFETY: no reference into the heap is alive, and the ranges are inside it.
+        let (part, whole) = unsafe { (heap.discard(100, page - 200), heap.discard(100, 3 * page)) };
+        assert!(!part && whole);
+        assert_eq!(heap.resident_pages(page, 2 * page), 0);
+        // SAFETY: the only reference into the heap from here on.
+        let bytes = unsafe { heap.slice(0, len) };
+        assert!(bytes[..page].iter().all(|&b| b == 0xab), "first page kept");
+        assert!(bytes[page..3 * page].iter().all(|&b| b == 0));
+        assert!(
+            bytes[3 * page..].iter().all(|&b| b == 0xab),
+            "last part page kept"
+        );
+    }
 }

@@ -23,6 +23,9 @@
 //!   chain are read in order, items read since they were written are packed together and
 //!   kept, the rest dropped), `Fifo`, `Random`; `None` answers out-of-memory.
 //! - An item larger than a segment takes a run of contiguous segments from the same heap.
+//! - The memory limit (memcached's `cache_memlimit`, see `memlimit`) caps the segments in use
+//!   within the mapped heap: past it the pool hands out nothing, so writes make room as in a
+//!   full heap; lowering it evicts down to it and gives free segments' pages back to the OS.
 //! - The CAS unique is the item's place: (segment epoch << log2(segment size)) | offset. Every
 //!   write goes to a fresh place, so every stored version gets a new unique at no per-item cost;
 //!   a touch that must move an item carries its unique along.
@@ -35,6 +38,7 @@ mod flush;
 mod heap;
 mod index;
 mod item;
+mod memlimit;
 mod pool;
 mod read;
 mod runs;
@@ -53,6 +57,7 @@ pub use clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
 pub use config::{shards_for, Config, Eviction, StoreError};
 pub use dump::{DumpCursor, ItemMeta};
 pub use heap::PageKind;
+pub use memlimit::MemoryLimitError;
 pub use stats::StoreStats;
 pub use store::Store;
 pub use types::{

@@ -1,5 +1,7 @@
 //! The free-segment pool, shared by all shards: a bitmap rather than a list, so a large item
-//! can find a run of contiguous free segments.
+//! can find a run of contiguous free segments. It also holds the memory limit: how many
+//! segments may be in use at once (`Store::set_memory_limit`), so a write past it makes room
+//! the way it would in a full heap.
 
 use std::sync::MutexGuard;
 
@@ -9,8 +11,14 @@ pub(crate) struct Pool {
     free: Vec<u64>,
     /// Reserved for a large item being made room for: never handed out, even once free.
     claimed: Vec<u64>,
+    /// Free segments whose pages hold no memory: never written since the heap was mapped, or
+    /// given back to the OS since (`Store::discard_free`). Segments are handed out from the
+    /// others first, so RSS stays as low as the data held allows.
+    cold: Vec<u64>,
     free_count: usize,
     segments: usize,
+    /// Segments that may be in use (not free: owned, in a pending run, or claimed) at once.
+    limit: usize,
     /// Where the next large-item window starts, so evictions for runs rotate over the heap.
     window: usize,
 }
@@ -33,18 +41,40 @@ impl Pool {
         let mut pool = Pool {
             free: vec![0; words],
             claimed: vec![0; words],
+            cold: vec![0; words],
             free_count: segments,
             segments,
+            limit: segments,
             window: 0,
         };
         for i in 0..segments {
             set_bit(&mut pool.free, i, true);
+            set_bit(&mut pool.cold, i, true);
         }
         pool
     }
 
     pub(crate) fn free_count(&self) -> usize {
         self.free_count
+    }
+
+    pub(crate) fn in_use(&self) -> usize {
+        self.segments - self.free_count
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sets the memory limit in segments; segments in use beyond it stay until freed.
+    pub(crate) fn set_limit(&mut self, segments: usize) {
+        debug_assert!(segments <= self.segments);
+        self.limit = segments;
+    }
+
+    /// Segments that may still leave the pool before the limit is reached.
+    fn room(&self) -> usize {
+        self.limit.saturating_sub(self.in_use())
     }
 
     pub(crate) fn is_free(&self, seg: u32) -> bool {
@@ -55,13 +85,35 @@ impl Pool {
         bit(&self.claimed, seg as usize)
     }
 
-    /// The lowest free segment: low segments are reused first, so untouched pages stay out of
-    /// RSS as long as possible.
-    pub(crate) fn take(&mut self) -> Option<u32> {
-        let word = self.free.iter().position(|&w| w != 0)?;
-        let i = word * 64 + self.free[word].trailing_zeros() as usize;
-        set_bit(&mut self.free, i, false);
+    /// Takes `seg` out of the pool; its pages are about to be written.
+    fn remove(&mut self, seg: usize) {
+        debug_assert!(bit(&self.free, seg));
+        set_bit(&mut self.free, seg, false);
+        set_bit(&mut self.cold, seg, false);
         self.free_count -= 1;
+    }
+
+    /// A free segment, unless the limit is reached: the lowest one not cold (its pages may be
+    /// resident), else the lowest cold one, so memory is faulted in only when no free segment
+    /// has some already. After a shrink, that keeps RSS within the limit as writes go on.
+    pub(crate) fn take(&mut self) -> Option<u32> {
+        if self.room() == 0 {
+            return None;
+        }
+        let mut lowest_cold = None;
+        let mut pick = None;
+        for (word, (&free, &cold)) in self.free.iter().zip(&self.cold).enumerate() {
+            if free & !cold != 0 {
+                pick = Some((word, free & !cold));
+                break;
+            }
+            if lowest_cold.is_none() && free != 0 {
+                lowest_cold = Some((word, free));
+            }
+        }
+        let (word, bits) = pick.or(lowest_cold)?;
+        let i = word * 64 + bits.trailing_zeros() as usize;
+        self.remove(i);
         Some(i as u32)
     }
 
@@ -75,11 +127,11 @@ impl Pool {
         }
     }
 
-    /// The first run of `len` free segments.
-    pub(crate) fn find_run(&self, len: usize) -> Option<usize> {
+    /// The first run of `len` segments that are all `wanted`.
+    fn find_run(&self, len: usize, wanted: impl Fn(usize) -> bool) -> Option<usize> {
         let mut start = 0;
         for i in 0..self.segments {
-            if !bit(&self.free, i) {
+            if !wanted(i) {
                 start = i + 1;
             } else if i + 1 - start == len {
                 return Some(start);
@@ -88,33 +140,42 @@ impl Pool {
         None
     }
 
-    /// Takes the free run `find_run` found.
-    pub(crate) fn take_run(&mut self, start: usize, len: usize) {
-        for seg in start..start + len {
-            debug_assert!(bit(&self.free, seg));
-            set_bit(&mut self.free, seg, false);
+    /// Takes the first run of `len` free segments, preferring one whose pages are all
+    /// resident, unless that would pass the limit.
+    pub(crate) fn take_run(&mut self, len: usize) -> Option<usize> {
+        if self.room() < len {
+            return None;
         }
-        self.free_count -= len;
+        let start = self
+            .find_run(len, |i| bit(&self.free, i) && !bit(&self.cold, i))
+            .or_else(|| self.find_run(len, |i| bit(&self.free, i)))?;
+        for seg in start..start + len {
+            self.remove(seg);
+        }
+        Some(start)
     }
 
     /// Claims the next window of `len` segments, from where the last one ended, that no other
-    /// large write has claimed and whose every segment is `usable`; its free segments leave
-    /// the pool, and the others stay out of it when freed, until `unclaim`.
+    /// large write has claimed, whose every segment is `usable`, and whose free segments fit
+    /// under the limit; those leave the pool, and the others stay out of it when freed, until
+    /// `unclaim`. So a window of segments in use costs no room, and one with free segments
+    /// costs what they add.
     pub(crate) fn claim_window(
         &mut self,
         len: usize,
         usable: impl Fn(u32) -> bool,
     ) -> Option<usize> {
         let starts = self.segments - len + 1;
-        let start = (0..starts)
-            .map(|i| (self.window + i) % starts)
-            .find(|&s| (s..s + len).all(|seg| !bit(&self.claimed, seg) && usable(seg as u32)))?;
+        let room = self.room();
+        let start = (0..starts).map(|i| (self.window + i) % starts).find(|&s| {
+            (s..s + len).all(|seg| !bit(&self.claimed, seg) && usable(seg as u32))
+                && (s..s + len).filter(|&seg| bit(&self.free, seg)).count() <= room
+        })?;
         self.window = start + len;
         for seg in start..start + len {
             set_bit(&mut self.claimed, seg, true);
             if bit(&self.free, seg) {
-                set_bit(&mut self.free, seg, false);
-                self.free_count -= 1;
+                self.remove(seg);
             }
         }
         Some(start)
@@ -123,6 +184,26 @@ impl Pool {
     pub(crate) fn unclaim(&mut self, start: usize, len: usize) {
         for seg in start..start + len {
             set_bit(&mut self.claimed, seg, false);
+        }
+    }
+
+    /// The next run of free segments whose pages may be resident, from segment `from` on, at
+    /// most `max_len` long.
+    pub(crate) fn warm_free_run(&self, from: usize, max_len: usize) -> Option<(usize, usize)> {
+        let warm_free = |i: usize| bit(&self.free, i) && !bit(&self.cold, i);
+        let start = (from..self.segments).find(|&i| warm_free(i))?;
+        let len = (start..self.segments)
+            .take(max_len)
+            .take_while(|&i| warm_free(i))
+            .count();
+        Some((start, len))
+    }
+
+    /// Records that the free segments `start..start + len` hold no memory any more.
+    pub(crate) fn mark_cold(&mut self, start: usize, len: usize) {
+        for seg in start..start + len {
+            debug_assert!(bit(&self.free, seg));
+            set_bit(&mut self.cold, seg, true);
         }
     }
 }
@@ -141,19 +222,64 @@ mod tests {
     fn low_segments_first_and_claims_keep_segments_out() {
         let mut pool = Pool::new(70);
         assert_eq!((pool.take(), pool.take()), (Some(0), Some(1)));
-        assert_eq!(pool.find_run(68), Some(2));
-        assert_eq!(pool.find_run(69), None);
         pool.give(0);
-        assert_eq!(pool.find_run(69), None);
         assert_eq!(pool.claim_window(3, |seg| seg != 2), Some(3));
         assert_eq!(pool.free_count(), 69 - 3);
         assert!(!pool.is_free(4) && pool.is_claimed(4));
         pool.unclaim(3, 3);
         pool.give(4);
         assert_eq!(pool.free_count(), 69 - 2);
-        pool.take_run(64, 6);
+        // No warm run of 6: the first free one. 0 and 4 were written, so they go before 2.
+        assert_eq!(pool.take_run(6), Some(6));
         assert_eq!(pool.free_count(), 69 - 8);
-        assert_eq!((pool.find_run(58), pool.find_run(59)), (Some(6), None));
-        assert_eq!(pool.take(), Some(0));
+        assert_eq!((pool.take_run(59), pool.take_run(58)), (None, Some(12)));
+        assert_eq!(
+            (pool.take(), pool.take(), pool.take()),
+            (Some(0), Some(4), Some(2))
+        );
+    }
+
+    #[test]
+    fn nothing_leaves_the_pool_past_the_limit() {
+        let mut pool = Pool::new(10);
+        pool.set_limit(4);
+        assert_eq!(pool.take_run(3), Some(0));
+        assert_eq!(pool.take_run(2), None);
+        assert_eq!((pool.take(), pool.take()), (Some(3), None));
+        assert_eq!(pool.in_use(), 4);
+        // A window of segments in use costs no room; its free segments cost one each.
+        assert_eq!(pool.claim_window(2, |_| true), Some(0));
+        pool.unclaim(0, 2);
+        pool.give(3);
+        assert_eq!(pool.claim_window(2, |_| true), Some(2));
+        assert_eq!(pool.in_use(), 4);
+        pool.unclaim(2, 2);
+        assert_eq!(pool.claim_window(2, |_| true), Some(0));
+        pool.unclaim(0, 2);
+        // Below what is in use: nothing more until enough comes back.
+        pool.set_limit(2);
+        pool.give(0);
+        pool.give(1);
+        assert_eq!((pool.in_use(), pool.take()), (2, None));
+        pool.set_limit(10);
+        assert_eq!(pool.take_run(6), Some(4));
+    }
+
+    #[test]
+    fn written_segments_go_out_before_cold_ones_until_discarded() {
+        let mut pool = Pool::new(130);
+        for seg in 0..70 {
+            assert_eq!(pool.take(), Some(seg));
+        }
+        pool.give(66);
+        pool.give(3);
+        pool.give(4);
+        assert_eq!(pool.warm_free_run(0, 8), Some((3, 2)));
+        assert_eq!(pool.warm_free_run(0, 1), Some((3, 1)));
+        assert_eq!(pool.warm_free_run(5, 8), Some((66, 1)));
+        assert_eq!(pool.take(), Some(3));
+        pool.mark_cold(4, 1);
+        assert_eq!((pool.take(), pool.take()), (Some(66), Some(4)));
+        assert_eq!((pool.warm_free_run(0, 8), pool.take()), (None, Some(70)));
     }
 }

@@ -25,8 +25,7 @@ impl Store {
         }
         for _ in 0..8 {
             let mut pool = self.pool();
-            if let Some(start) = pool.find_run(len) {
-                pool.take_run(start, len);
+            if let Some(start) = pool.take_run(len) {
                 let run = Run {
                     start: start as u32,
                     len,

@@ -11,11 +11,15 @@
 //! the pool's lock (`assign`, `set_free`, `mark_pending_run`), which orders the last owner's
 //! accesses before the next one's, or on a run a large write reserved, which no one else
 //! touches until that write has linked it.
+//!
+//! A free segment is no one's, so its memory can go back to the OS (`discard`), under the pool
+//! lock that keeps it free meanwhile.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::heap::{Heap, PageKind};
 use crate::item::Header;
+use crate::pool::Pool;
 use crate::UnixSecs;
 
 /// Bits of an item location's byte offset: the largest segment is 1 MiB.
@@ -264,6 +268,40 @@ impl Segments {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// Whether `discard` can give memory back for this heap (see `Heap::can_discard`).
+    pub(crate) fn can_discard(&self) -> bool {
+        self.heap.can_discard()
+    }
+
+    /// Gives the memory of the free segments `start..start + len` back to the OS and marks
+    /// them cold in `pool`, whose lock the caller holds (`&mut Pool` is reached only through
+    /// it). Their next owner finds zeros, which is as good as any old bytes: a segment is read
+    /// only up to its write offset. Returns whether memory was given back.
+    pub(crate) fn discard(&self, pool: &mut Pool, start: usize, len: usize) -> bool {
+        assert!(
+            (start..start + len).all(|seg| pool.is_free(seg as u32) && self.is_free(seg as u32)),
+            "segments {start}..{} are not all free",
+            start + len
+        );
+        // SAFETY: the segments exist (`is_free` indexed them), so the range is in the heap. No
+        // reference into their bytes is alive: bytes are reached only through `bytes`, by the
+        // shard owning the segment, and each slice borrows that shard's `Owner`, so it ended
+        // before the shard, holding itself exclusively, gave the segment up (`set_free` and
+        // `Pool::give`, under the pool lock). None is made until this returns: a free segment
+        // leaves the pool (`take`, `take_run`, `claim_window`) only under the pool lock, held
+        // by the caller for `pool`'s life.
+        let discarded = unsafe { self.heap.discard(start << self.shift, len << self.shift) };
+        if discarded {
+            pool.mark_cold(start, len);
+        }
+        discarded
+    }
+
     /// The CAS unique of an item written at `loc` (its place). Offsets are below the segment
     /// size, so shifting the epoch by the segment size's bits keeps uniques distinct and as
     /// small as they can be (they grow by one segment's worth per segment opened).
@@ -319,6 +357,37 @@ mod tests {
             segs.assign(seg, &owner);
         }
         let _ = segs.read_write(&mut owner, 2, 3);
+    }
+
+    #[test]
+    fn a_discarded_segment_comes_back_zeroed_and_its_neighbour_whole() {
+        let segs = segments();
+        segs.heap.no_huge_pages();
+        let mut pool = Pool::new(16);
+        let mut owner = Owner::new(0);
+        for (fill, seg) in [7, 9].into_iter().zip(0..) {
+            assert_eq!(pool.take(), Some(seg));
+            segs.assign(seg, &owner);
+            segs.write(&mut owner, seg).fill(fill);
+        }
+        segs.set_free(0);
+        pool.give(0);
+        assert!(segs.discard(&mut pool, 0, 1));
+        assert_eq!(segs.heap.resident_pages(0, 1 << 12), 0);
+        assert_eq!(pool.take(), Some(0));
+        segs.assign(0, &owner);
+        assert!(segs.read(&owner, 0).iter().all(|&b| b == 0));
+        assert!(segs.read(&owner, 1).iter().all(|&b| b == 9));
+    }
+
+    #[test]
+    #[should_panic(expected = "not all free")]
+    fn a_segment_in_use_is_never_discarded() {
+        let segs = segments();
+        let mut pool = Pool::new(16);
+        let seg = pool.take().unwrap();
+        segs.assign(seg, &Owner::new(0));
+        segs.discard(&mut pool, 0, 2);
     }
 
     /// The locking contract, checked where `cargo test` runs: debug builds.

@@ -11,6 +11,7 @@ pub struct StoreStats {
     pub total_items: u64,
     /// Key + value bytes of the items held.
     pub bytes: u64,
+    /// The memory limit (`Store::memory_limit`): the heap, or what `set_memory_limit` set.
     pub limit_maxbytes: u64,
     pub evictions: u64,
     /// Expired items whose memory was taken back.
@@ -85,12 +86,15 @@ impl Store {
                 oldest_created = oldest_created.min(get32(&self.segs.meta(head).created));
             }
         });
-        let free = self.pool().free_count();
+        let (free, limit) = {
+            let pool = self.pool();
+            (pool.free_count(), pool.limit())
+        };
         StoreStats {
             curr_items: total.curr_items,
             total_items: total.total_items,
             bytes: total.bytes,
-            limit_maxbytes: self.config.heap_bytes as u64,
+            limit_maxbytes: (limit * self.segs.size()) as u64,
             evictions: total.evictions,
             reclaimed: total.reclaimed,
             expired_unfetched: total.expired_unfetched,

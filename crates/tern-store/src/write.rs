@@ -8,7 +8,7 @@ use crate::store::Store;
 use crate::{Arith, ArithError, Counted, Expiry, Refused, StoreOp, StoreOutcome};
 
 /// memcached's KEY_MAX_LENGTH.
-const MAX_KEY: usize = 250;
+pub(crate) const MAX_KEY: usize = 250;
 
 /// A write's value: the request's bytes, or those joined to the item's stored value.
 #[derive(Clone, Copy)]
