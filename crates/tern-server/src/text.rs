@@ -211,8 +211,11 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                     Err(reply) => reply,
                 },
                 AdminCommand::CacheMemlimit => {
-                    ops.refused();
-                    AdminReply::Error
+                    let reply = ops.cache_memlimit(&words);
+                    if words.last() == Some(&&b"noreply"[..]) {
+                        return (Step::Done(0), After::Continue);
+                    }
+                    reply
                 }
             };
             let buf = out.buf();
@@ -220,6 +223,10 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                 AdminReply::Ok => buf.extend_from_slice(ascii::OK),
                 AdminReply::Error => buf.extend_from_slice(ascii::ERROR),
                 AdminReply::Status(line) => {
+                    buf.extend_from_slice(line.as_bytes());
+                    buf.extend_from_slice(b"\r\n");
+                }
+                AdminReply::Line(line) => {
                     buf.extend_from_slice(line.as_bytes());
                     buf.extend_from_slice(b"\r\n");
                 }

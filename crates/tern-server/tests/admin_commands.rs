@@ -441,3 +441,51 @@ fn protocol_flag_fixes_one_protocol_as_memcached_does() {
     assert_eq!(ours, reply_until_closed(&mut memcached.connect(), text));
     assert!(ours.is_empty());
 }
+
+#[test]
+fn cache_memlimit_shrinks_and_grows_the_item_memory() {
+    let tern = ServerProcess::tern(&["-m", "64"]);
+    let mut c = tern.connect();
+    let value = "v".repeat(4000);
+    let mut batch = String::new();
+    for i in 0..12_000 {
+        batch.push_str(&format!("set k{i} 0 0 {}\r\n{value}\r\n", value.len()));
+    }
+    batch.push_str("mn\r\n");
+    c.request(batch.as_bytes(), b"MN\r\n");
+    let before = c.stats("stats\r\n");
+    assert_eq!(before["limit_maxbytes"], (64u64 << 20).to_string());
+    c.expect(b"cache_memlimit 16\r\n", b"OK\r\n");
+    let after = c.stats("stats\r\n");
+    assert_eq!(after["limit_maxbytes"], (16u64 << 20).to_string());
+    let used: u64 = after["bytes"].parse().unwrap();
+    assert!(used <= 16 << 20, "{used} bytes of items in 16 MB");
+    assert!(after["evictions"].parse::<u64>().unwrap() > 0);
+    // What is left reads back whole.
+    let mut hits = 0;
+    for i in (0..12_000).step_by(97) {
+        let reply =
+            String::from_utf8(c.request(format!("get k{i}\r\n").as_bytes(), b"END\r\n")).unwrap();
+        if reply.starts_with("VALUE") {
+            assert_eq!(reply, format!("VALUE k{i} 0 4000\r\n{value}\r\nEND\r\n"));
+            hits += 1;
+        }
+    }
+    assert!(hits > 0);
+    c.expect(b"cache_memlimit 64 noreply\r\nmn\r\n", b"MN\r\n");
+    assert_eq!(
+        c.stats("stats\r\n")["limit_maxbytes"],
+        (64u64 << 20).to_string()
+    );
+    c.expect(
+        b"cache_memlimit 65\r\n",
+        b"MEMLIMIT_ADJUST_FAILED input value is out of range\r\n",
+    );
+    c.expect(b"cache_memlimit x\r\n", b"ERROR\r\n");
+    // memcached's own floor, checked against Debian's memcached.
+    let memcached = ServerProcess::memcached(&[]);
+    for request in ["cache_memlimit 0\r\n", "cache_memlimit\r\n"] {
+        let (ours, theirs) = both(&mut c, &mut memcached.connect(), request, b"\r\n");
+        assert_eq!(ours, theirs, "{request}");
+    }
+}

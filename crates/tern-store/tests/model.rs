@@ -95,10 +95,17 @@ impl Model {
     }
 }
 
-/// memcached's safe_strtoull, written independently of the store's.
+/// memcached's safe_strtoull, written independently of the store's: C white space (space, \t,
+/// \n, \v, \f, \r), an optional sign, digits, then the end, C white space or a NUL; no
+/// overflow; a negative number counts only when it negates to below 2^63 ("-0").
 fn model_number(value: &[u8]) -> Option<u64> {
+    let space = |b: u8| b == b' ' || (9..=13).contains(&b);
     let mut i = 0;
-    while i < value.len() && value[i].is_ascii_whitespace() {
+    while i < value.len() && space(value[i]) {
+        i += 1;
+    }
+    let negative = value.get(i) == Some(&b'-');
+    if matches!(value.get(i), Some(b'-' | b'+')) {
         i += 1;
     }
     let start = i;
@@ -110,10 +117,15 @@ fn model_number(value: &[u8]) -> Option<u64> {
         }
         i += 1;
     }
-    if i == start || (i < value.len() && !value[i].is_ascii_whitespace()) {
+    if i == start || (i < value.len() && value[i] != 0 && !space(value[i])) {
         return None;
     }
-    Some(n as u64)
+    let n = n as u64;
+    if !negative {
+        return Some(n);
+    }
+    let negated = n.wrapping_neg();
+    (negated <= i64::MAX as u64).then_some(negated)
 }
 
 fn value() -> impl Strategy<Value = Vec<u8>> {

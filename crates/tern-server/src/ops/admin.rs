@@ -15,7 +15,7 @@ use crate::watch::LoggedKey;
 const DUMP_STEP: usize = 256;
 
 /// An admin command's one-line answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdminReply {
     /// `OK`
     Ok,
@@ -23,6 +23,8 @@ pub enum AdminReply {
     Error,
     /// Another status line, as memcached words it.
     Status(&'static str),
+    /// A status line with a number in it.
+    Line(String),
 }
 
 /// tern's one "slab class": every item, whatever its size.
@@ -34,7 +36,7 @@ fn number(word: &[u8]) -> Option<u64> {
 
 impl Ops<'_> {
     fn admin_reply(&self, reply: AdminReply) -> AdminReply {
-        let outcome = match reply {
+        let outcome = match &reply {
             AdminReply::Error => Outcome::Error,
             _ => Outcome::Hit,
         };
@@ -78,9 +80,9 @@ impl Ops<'_> {
                 _ => Err(AdminReply::Error),
             }
         };
-        self.admin_reply(match reply {
+        self.admin_reply(match &reply {
             Ok(_) => AdminReply::Ok,
-            Err(error) => error,
+            Err(error) => error.clone(),
         });
         reply
     }
@@ -112,11 +114,35 @@ impl Ops<'_> {
         } else {
             crate::watch::parse_kinds(words).ok_or(AdminReply::Error)
         };
-        self.admin_reply(match kinds {
+        self.admin_reply(match &kinds {
             Ok(_) => AdminReply::Ok,
-            Err(error) => error,
+            Err(error) => error.clone(),
         });
         kinds
+    }
+
+    /// `cache_memlimit <megabytes>`: the item memory's new limit, down (evicting to it and
+    /// giving the pages back) or up to the heap mapped at start (`-m`).
+    pub fn cache_memlimit(&self, words: &[&[u8]]) -> AdminReply {
+        let reply = match words {
+            [mb] | [mb, b"noreply"] => match number(mb) {
+                Some(mb) => match self.shared.store.set_memory_limit((mb as usize) << 20) {
+                    Ok(()) => AdminReply::Ok,
+                    Err(tern_store::MemoryLimitError::TooSmall { min }) => {
+                        AdminReply::Line(format!(
+                            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than {}m",
+                            min.div_ceil(1 << 20)
+                        ))
+                    }
+                    Err(tern_store::MemoryLimitError::TooLarge { .. }) => {
+                        AdminReply::Status("MEMLIMIT_ADJUST_FAILED input value is out of range")
+                    }
+                },
+                None => AdminReply::Error,
+            },
+            _ => AdminReply::Error,
+        };
+        self.admin_reply(reply)
     }
 
     /// `slabs automove 0|1|2` (accepted: tern moves no pages between classes) and `slabs
