@@ -147,6 +147,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
     let mut shared = Shared::new(settings, store);
+    shared.store.observe_evictions(watch::observe_evictions(
+        shared.watchers.clone(),
+        clock.clone(),
+    ));
     shared.set_log_level = log_level;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);

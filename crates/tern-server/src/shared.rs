@@ -46,8 +46,8 @@ pub struct Shared {
     pub worker_cpus: String,
     /// `stats detail`.
     pub prefix_stats: PrefixStats,
-    /// `watch`.
-    pub watchers: Watchers,
+    /// `watch` (shared with the store's eviction observer).
+    pub watchers: Arc<Watchers>,
 }
 
 impl Shared {
@@ -74,7 +74,7 @@ impl Shared {
             started,
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
-            watchers: Watchers::default(),
+            watchers: Arc::default(),
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::fmt::{self, Write as _};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The kinds of log line a watcher can ask for (memcached's names).
@@ -21,6 +21,8 @@ pub enum Kind {
     Fetchers = 1,
     /// `item_store` for every storage command.
     Mutations = 2,
+    /// `eviction` for every item evicted to make room.
+    Evictions = 4,
     /// `conn_new` and `conn_close`.
     Connevents = 8,
 }
@@ -35,6 +37,7 @@ pub fn parse_kinds(words: &[&[u8]]) -> Option<u8> {
         let kind = match *word {
             b"fetchers" => Kind::Fetchers as u8,
             b"mutations" => Kind::Mutations as u8,
+            b"evictions" => Kind::Evictions as u8,
             b"connevents" => Kind::Connevents as u8,
             b"sysevents" | b"rawcmds" | b"proxyreqs" | b"proxyevents" | b"proxyuser" => 0,
             _ => return None,
@@ -159,6 +162,34 @@ impl Watcher {
     }
 }
 
+/// Sends memcached's `eviction` line for each item the store evicts while someone watches
+/// evictions (the store calls this under the evicting shard's lock: formatting and a
+/// non-blocking send, only while watched).
+pub fn observe_evictions(
+    watchers: Arc<Watchers>,
+    clock: Arc<tern_store::Clock>,
+) -> tern_store::EvictionObserver {
+    Box::new(move |item| {
+        if !watchers.watching(Kind::Evictions) {
+            return;
+        }
+        let now = clock.now();
+        let ttl = item
+            .expiry
+            .deadline()
+            .map_or(-1, |deadline| i64::from(deadline) - i64::from(now));
+        watchers.log(
+            Kind::Evictions,
+            format_args!(
+                "type=eviction key={} fetch={} ttl={ttl} la={} clsid=1",
+                LoggedKey(item.key),
+                if item.fetched { "yes" } else { "no" },
+                now.saturating_sub(item.last_access)
+            ),
+        );
+    })
+}
+
 /// A key as memcached's log lines show it: URL-encoded (RFC 3986 unreserved bytes as they are).
 pub struct LoggedKey<'a>(pub &'a [u8]);
 
@@ -222,7 +253,7 @@ mod tests {
     #[test]
     fn kinds_are_memcacheds_words() {
         assert_eq!(parse_kinds(&[]), Some(Kind::Fetchers as u8));
-        assert_eq!(parse_kinds(&[b"mutations", b"connevents"]), Some(2 | 8));
+        assert_eq!(parse_kinds(&[b"evictions", b"connevents"]), Some(4 | 8));
         assert_eq!(parse_kinds(&[b"sysevents"]), Some(0));
         assert_eq!(parse_kinds(&[b"bogus"]), None);
     }

@@ -489,3 +489,30 @@ fn cache_memlimit_shrinks_and_grows_the_item_memory() {
         assert_eq!(ours, theirs, "{request}");
     }
 }
+
+#[test]
+fn watch_evictions_reports_each_item_evicted() {
+    let tern = ServerProcess::tern(&["-m", "8"]);
+    let mut watcher = tern.connect();
+    watcher.expect(b"watch evictions\r\n", b"OK\r\n");
+    let value = "v".repeat(1000);
+    let mut batch = String::new();
+    for i in 0..12_000 {
+        batch.push_str(&format!("set e{i} 0 0 {}\r\n{value}\r\n", value.len()));
+    }
+    batch.push_str("mn\r\n");
+    let mut c = tern.connect();
+    c.request(batch.as_bytes(), b"MN\r\n");
+    let lines = watch_lines(&mut watcher, "type=eviction");
+    let first = lines.iter().find(|l| l.contains("type=eviction")).unwrap();
+    // memcached's fields: key, fetch, ttl (-1: none), la (seconds since last access), clsid.
+    let fields: Vec<&str> = first.split(' ').skip(2).collect();
+    assert!(fields[1].starts_with("key=e"), "{first}");
+    assert_eq!(fields[2..4], ["fetch=no", "ttl=-1"], "{first}");
+    assert!(
+        fields[4].starts_with("la=") && fields[5] == "clsid=1",
+        "{first}"
+    );
+    let evicted = c.stats("stats\r\n")["evictions"].parse::<u64>().unwrap();
+    assert!(evicted > 0);
+}

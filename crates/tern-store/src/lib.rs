@@ -59,8 +59,9 @@ pub use dump::{DumpCursor, ItemMeta};
 pub use heap::PageKind;
 pub use memlimit::MemoryLimitError;
 pub use stats::StoreStats;
-pub use store::Store;
+pub use store::{EvictionObserver, Store};
 pub use types::{
-    Arith, ArithError, Counted, Expiry, ItemView, Marks, Miss, Refused, StoreOp, StoreOutcome,
+    Arith, ArithError, Counted, EvictedItem, Expiry, ItemView, Marks, Miss, Refused, StoreOp,
+    StoreOutcome,
 };
 pub use write::parse_u64;

@@ -179,6 +179,16 @@ impl Store {
     pub(crate) fn unlink(&self, sh: &mut Shard, found: Found, cause: Cause, free_empty: bool) {
         sh.index.remove(found.slot);
         let meta = self.segs.meta(found.loc.seg);
+        if let (Cause::Evicted, Some(observe)) = (cause, self.eviction_observer.get()) {
+            let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
+            let h = found.hdr;
+            observe(crate::EvictedItem {
+                key: h.key(item),
+                fetched: h.has(item::FETCHED),
+                expiry: crate::Expiry(h.expiry),
+                last_access: get32(&meta.created) + item::decode_age(h.access),
+            });
+        }
         let live = get32(&meta.live) - 1;
         set32(&meta.live, live);
         let h = found.hdr;

@@ -1,7 +1,7 @@
 //! The store itself: what it is made of, and how it is built from a `Config`.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::config::Geometry;
 use crate::flush::Flush;
@@ -9,7 +9,7 @@ use crate::heap::{Heap, PageKind};
 use crate::pool::Pool;
 use crate::segments::Segments;
 use crate::shard::{Padded, Shard};
-use crate::{Clock, Config, StoreError};
+use crate::{Clock, Config, EvictedItem, StoreError};
 
 /// The store. `Sync`: share one behind an `Arc` across worker threads.
 pub struct Store {
@@ -22,7 +22,12 @@ pub struct Store {
     pub(crate) flush: Flush,
     /// Per shard, the age order of its oldest segment (`u64::MAX`: none), for `evict_for`.
     pub(crate) oldest: Box<[AtomicU64]>,
+    /// Told of every item evicted (see `observe_evictions`).
+    pub(crate) eviction_observer: OnceLock<EvictionObserver>,
 }
+
+/// What `Store::observe_evictions` calls, under the evicting shard's lock.
+pub type EvictionObserver = Box<dyn Fn(EvictedItem<'_>) + Send + Sync>;
 
 /// Locks `mutex` even if a holder panicked: the store's locks guard nothing a panic can leave
 /// half-changed (a reader's closure, the only foreign code run under them, only borrows).
@@ -56,11 +61,19 @@ impl Store {
             oldest: (0..geometry.shards)
                 .map(|_| AtomicU64::new(u64::MAX))
                 .collect(),
+            eviction_observer: OnceLock::new(),
             config,
             clock,
             hasher,
             shards,
         })
+    }
+
+    /// Has `observe` called for every item evicted from now on (memcached's `watch
+    /// evictions`), under the evicting shard's lock: it must be quick and must not call the
+    /// store. One observer per store; false if one is set already.
+    pub fn observe_evictions(&self, observe: EvictionObserver) -> bool {
+        self.eviction_observer.set(observe).is_ok()
     }
 
     pub fn config(&self) -> &Config {

@@ -255,3 +255,44 @@ fn a_dump_lists_every_live_item_once() {
     assert_eq!(seen, live);
     assert!(steps > 16, "the walk went in small steps ({steps})");
 }
+
+#[test]
+fn the_eviction_observer_hears_of_every_evicted_item() {
+    let s = Store::new(
+        Config {
+            heap_bytes: 4 << 20,
+            segment_size: 64 << 10,
+            shards: 2,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    )
+    .unwrap();
+    let evicted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = evicted.clone();
+    assert!(s.observe_evictions(Box::new(move |item| {
+        assert!(!item.fetched && item.expiry == Expiry::NEVER);
+        heard.lock().unwrap().push(item.key.to_vec());
+    })));
+    assert!(!s.observe_evictions(Box::new(|_| {})), "one observer");
+    for i in 0..20_000u32 {
+        s.store(
+            StoreOp::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            Expiry::NEVER,
+            &[b'v'; 300],
+        );
+    }
+    let evicted = evicted.lock().unwrap();
+    assert_eq!(evicted.len() as u64, s.stats().evictions);
+    assert!(!evicted.is_empty());
+    for key in evicted.iter() {
+        assert_eq!(
+            get(&s, key),
+            Err(Miss::NotFound),
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}

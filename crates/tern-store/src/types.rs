@@ -174,3 +174,14 @@ mod tests {
         );
     }
 }
+
+/// An item the store evicted to make room, as `Store::observe_evictions` reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct EvictedItem<'a> {
+    pub key: &'a [u8],
+    /// Read since it was written.
+    pub fetched: bool,
+    pub expiry: Expiry,
+    /// Unix seconds.
+    pub last_access: UnixSecs,
+}
