@@ -516,3 +516,13 @@ fn watch_evictions_reports_each_item_evicted() {
     let evicted = c.stats("stats\r\n")["evictions"].parse::<u64>().unwrap();
     assert!(evicted > 0);
 }
+
+#[test]
+fn shutdown_graceful_stops_the_server_cleanly() {
+    let mut tern = ServerProcess::tern(&["-A"]);
+    let mut c = tern.connect();
+    c.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    c.send(b"shutdown graceful\r\n");
+    assert!(c.is_closed_by_server());
+    assert!(tern.wait_exit().success());
+}
