@@ -104,7 +104,8 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             cas_unique,
             noreply,
         } => {
-            let request = StoreRequest {
+            let step = store(
+                ops,
                 kind,
                 key,
                 flags,
@@ -112,8 +113,10 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                 bytes,
                 cas_unique,
                 noreply,
-            };
-            return (store(ops, request, data, out.buf()), After::Continue);
+                data,
+                out.buf(),
+            );
+            return (step, After::Continue);
         }
         Command::Meta { line } => return (meta::run(ops, line, data, out.buf()), After::Continue),
         Command::Delete { key, noreply } => {
@@ -283,22 +286,23 @@ fn get(ops: &Ops<'_>, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &
     out.buf().extend_from_slice(ascii::END);
 }
 
-/// A storage command line's fields.
-struct StoreRequest<'a> {
+/// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
+/// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
+/// its whole data block is in.
+#[allow(clippy::too_many_arguments)]
+fn store(
+    ops: &Ops<'_>,
     kind: StoreKind,
-    key: &'a [u8],
+    key: &[u8],
     flags: u32,
     exptime: i64,
     bytes: usize,
     cas_unique: u64,
     noreply: bool,
-}
-
-/// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
-/// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
-/// its whole data block is in.
-fn store(ops: &Ops<'_>, r: StoreRequest<'_>, data: &[u8], out: &mut Vec<u8>) -> Step {
-    let cmd = match r.kind {
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Step {
+    let cmd = match kind {
         StoreKind::Set => Cmd::Set,
         StoreKind::Add => Cmd::Add,
         StoreKind::Replace => Cmd::Replace,
@@ -307,36 +311,36 @@ fn store(ops: &Ops<'_>, r: StoreRequest<'_>, data: &[u8], out: &mut Vec<u8>) -> 
         StoreKind::Cas => Cmd::Cas,
     };
     let reply = |out: &mut Vec<u8>, text: &[u8]| {
-        if !r.noreply {
+        if !noreply {
             out.extend_from_slice(text);
         }
     };
     // The parser bounds `bytes` below i32::MAX - 2.
-    let block = r.bytes + 2;
-    if r.bytes > ops.shared.settings.max_item_size {
-        ops.too_large(cmd, r.key);
+    let block = bytes + 2;
+    if bytes > ops.shared.settings.max_item_size {
+        ops.too_large(cmd, key);
         reply(out, ascii::TOO_LARGE);
         return Step::Swallow(block);
     }
-    let value = match ascii::data_block(data, r.bytes) {
+    let value = match ascii::data_block(data, bytes) {
         None => return Step::Need(block),
         Some(Err(())) => {
-            ops.bad_data_chunk(cmd, r.key);
+            ops.bad_data_chunk(cmd, key);
             reply(out, ascii::BAD_DATA_CHUNK);
             return Step::Done(block);
         }
         Some(Ok(value)) => value,
     };
-    let op = match r.kind {
+    let op = match kind {
         StoreKind::Set => StoreOp::Set,
         StoreKind::Add => StoreOp::Add,
         StoreKind::Replace => StoreOp::Replace,
         StoreKind::Append => StoreOp::Append(None),
         StoreKind::Prepend => StoreOp::Prepend(None),
-        StoreKind::Cas => StoreOp::Cas(r.cas_unique),
+        StoreKind::Cas => StoreOp::Cas(cas_unique),
     };
-    let expiry = ops.expiry(r.exptime);
-    let text = match ops.store_item(cmd, op, r.key, r.flags, expiry, value) {
+    let expiry = ops.expiry(exptime);
+    let text = match ops.store_item(cmd, op, key, flags, expiry, value) {
         tern_store::StoreOutcome::Stored { .. } => ascii::STORED,
         tern_store::StoreOutcome::NotStored => ascii::NOT_STORED,
         tern_store::StoreOutcome::Exists => ascii::EXISTS,
