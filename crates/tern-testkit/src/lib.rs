@@ -129,7 +129,9 @@ impl ServerProcess {
     /// A new connection with read and write timeouts, so a missing reply fails the test instead of
     /// hanging it.
     pub fn connect(&self) -> Conn {
-        Conn::connect(self.port)
+        let mut conn = Conn::connect(self.port);
+        conn.server_pid = Some(self.pid());
+        conn
     }
 
     pub fn pid(&self) -> u32 {
@@ -180,6 +182,9 @@ pub fn memcached_bin() -> PathBuf {
 /// A blocking TCP connection to a server under test.
 pub struct Conn {
     pub stream: TcpStream,
+    /// The server process behind the connection when known, so a failed read can say whether
+    /// the server was still running (a reset with no reply reads the same either way).
+    server_pid: Option<u32>,
 }
 
 impl Conn {
@@ -188,11 +193,42 @@ impl Conn {
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         stream.set_write_timeout(Some(PATIENCE)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Conn { stream }
+        Conn {
+            stream,
+            server_pid: None,
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write to server");
+        if let Err(e) = self.stream.write_all(bytes) {
+            panic!("write to server: {e}; {}", self.server_state());
+        }
+    }
+
+    /// Whether the server process is still running, from /proc (it is not reaped before the
+    /// test ends, so an exited server is a zombie whose exit code /proc still holds).
+    fn server_state(&self) -> String {
+        let Some(pid) = self.server_pid else {
+            return "server process unknown".into();
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the parenthesised command name: state is the 1st, exit_code the 50th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        match fields.first() {
+            Some(&"Z") => {
+                let code: i32 = fields.get(49).and_then(|c| c.parse().ok()).unwrap_or(-1);
+                format!(
+                    "server process {pid} has exited (exit status {}, signal {})",
+                    (code >> 8) & 0xff,
+                    code & 0x7f
+                )
+            }
+            Some(state) => format!("server process {pid} is still running (state {state})"),
+            None => format!("server process {pid} is gone"),
+        }
     }
 
     /// Reads until the bytes received so far end with `terminator`; panics on timeout or close.
@@ -202,14 +238,16 @@ impl Conn {
         while !got.ends_with(terminator) {
             match self.stream.read(&mut buf) {
                 Ok(0) => panic!(
-                    "server closed the connection; got so far: {:?}",
-                    String::from_utf8_lossy(&got)
+                    "server closed the connection; got so far: {:?}; {}",
+                    String::from_utf8_lossy(&got),
+                    self.server_state()
                 ),
                 Ok(n) => got.extend_from_slice(&buf[..n]),
                 Err(e) => panic!(
-                    "no reply ending in {:?} ({e}); got so far: {:?}",
+                    "no reply ending in {:?} ({e}); got so far: {:?}; {}",
                     String::from_utf8_lossy(terminator),
-                    String::from_utf8_lossy(&got)
+                    String::from_utf8_lossy(&got),
+                    self.server_state()
                 ),
             }
         }
@@ -234,16 +272,18 @@ impl Conn {
         while filled < got.len() {
             match self.stream.read(&mut got[filled..]) {
                 Ok(0) => panic!(
-                    "server closed after {:?} in reply to {:?}",
+                    "server closed after {:?} in reply to {:?}; {}",
                     String::from_utf8_lossy(&got[..filled]),
-                    String::from_utf8_lossy(request)
+                    String::from_utf8_lossy(request),
+                    self.server_state()
                 ),
                 Ok(n) => filled += n,
                 Err(e) => panic!(
-                    "{e} after {:?} in reply to {:?}, expected {:?}",
+                    "{e} after {:?} in reply to {:?}, expected {:?}; {}",
                     String::from_utf8_lossy(&got[..filled]),
                     String::from_utf8_lossy(request),
-                    String::from_utf8_lossy(reply)
+                    String::from_utf8_lossy(reply),
+                    self.server_state()
                 ),
             }
         }
@@ -359,8 +399,29 @@ impl Rng {
 
 #[cfg(test)]
 mod tests {
-    use super::free_port;
+    use super::{free_port, Conn};
     use std::collections::HashSet;
+    use std::net::TcpListener;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_failed_read_says_how_the_server_process_ended() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut conn = Conn::connect(listener.local_addr().unwrap().port());
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        conn.server_pid = Some(child.id());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !conn.server_state().contains("has exited") {
+            assert!(Instant::now() < deadline, "{}", conn.server_state());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(conn.server_state().contains("exit status 3, signal 0"));
+        child.wait().unwrap();
+        assert!(conn.server_state().contains("is gone"));
+        conn.server_pid = Some(std::process::id());
+        assert!(conn.server_state().contains("still running"));
+    }
 
     #[test]
     fn free_port_never_hands_out_a_port_twice() {
