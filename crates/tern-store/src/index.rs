@@ -101,19 +101,12 @@ impl Index {
     pub(crate) fn find(&self, tag: u32, mut matches: impl FnMut(u64) -> bool) -> Option<usize> {
         let mut b = self.home(tag);
         for _ in 0..self.buckets.len() {
-            let bucket = &self.buckets[b].0;
-            // Branch-free tag comparison of the whole bucket, then only the candidates.
-            let mut candidates = 0u32;
-            // Tags are never 0, so an empty slot (all zero) never matches.
-            for (w, &slot) in bucket.iter().enumerate() {
-                candidates |= ((tag_of(slot) == tag) as u32) << w;
-            }
-            while candidates != 0 {
-                let w = candidates.trailing_zeros() as usize;
-                if matches(bucket[w] & LOC_MASK) {
+            // Tags are never 0, so an empty slot (all zero) never matches. Slot by slot, so a
+            // hit stops early.
+            for (w, &slot) in self.buckets[b].0.iter().enumerate() {
+                if tag_of(slot) == tag && matches(slot & LOC_MASK) {
                     return Some(b * WAYS + w);
                 }
-                candidates &= candidates - 1;
             }
             if self.overflow[b] == 0 {
                 return None;
