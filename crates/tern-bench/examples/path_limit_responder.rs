@@ -117,7 +117,9 @@ fn serve(client: &mut Client, chunk: &mut [u8], value: &[u8]) -> bool {
 fn answer(input: &[u8], out: &mut Vec<u8>, value: &[u8]) -> usize {
     let mut at = 0;
     while let Some(eol) = input[at..].iter().position(|&b| b == b'\n') {
-        let line = input[at..at + eol].strip_suffix(b"\r").unwrap_or(&input[at..at + eol]);
+        let line = input[at..at + eol]
+            .strip_suffix(b"\r")
+            .unwrap_or(&input[at..at + eol]);
         let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
         match words.next() {
             Some(b"get") | Some(b"gets") => {
