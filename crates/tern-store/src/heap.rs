@@ -1,6 +1,9 @@
 //! The heap: one anonymous mapping of `-m` bytes made at start. Pages are only backed when a
 //! segment is first written, so RSS grows with use and never past the mapping; after the memory
 //! limit is lowered, free segments' pages are given back (`discard`).
+//!
+//! With a memory file (memcached's `-e`, see `persist`) the heap is a shared mapping of that
+//! file instead, so the items outlive the process.
 
 use crate::StoreError;
 
@@ -25,6 +28,8 @@ pub(crate) struct Heap {
     locked: bool,
     /// The smallest unit `discard` can give back.
     page_size: usize,
+    /// A shared mapping of a memory file rather than anonymous memory.
+    file_backed: bool,
 }
 
 // SAFETY: the mapping is plain memory owned by the heap for its whole life; which thread may
@@ -57,12 +62,65 @@ impl Heap {
             pages,
             locked: false,
             page_size: page_size(),
+            file_backed: false,
         };
-        if large_pages && pages == PageKind::Normal {
+        heap.finish(large_pages, lock)?;
+        Ok(heap)
+    }
+
+    /// A shared mapping of the first `len` bytes of `file`, which is at least that long (a
+    /// mapping past the end of a file faults with SIGBUS on touch). With `populate`, every
+    /// page is mapped now (MAP_POPULATE: one pass in the kernel rather than a fault per page),
+    /// for a restore that is about to read them all.
+    pub(crate) fn from_file(
+        file: &std::fs::File,
+        len: usize,
+        populate: bool,
+        large_pages: bool,
+        lock: bool,
+    ) -> Result<Heap, StoreError> {
+        use std::os::fd::AsRawFd;
+        let populate = if populate { libc::MAP_POPULATE } else { 0 };
+        // SAFETY: a fresh shared mapping of a file we hold open; nothing else in this process
+        // refers to it. Another process changing the file is the operator's to prevent (as
+        // with memcached's -e).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | populate,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(StoreError::Config(format!(
+                "cannot map the {len}-byte memory file: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let mut heap = Heap {
+            base: base.cast(),
+            len,
+            mapped: len,
+            pages: PageKind::Normal,
+            locked: false,
+            page_size: page_size(),
+            file_backed: true,
+        };
+        heap.finish(large_pages, lock)?;
+        Ok(heap)
+    }
+
+    /// `-L` (transparent huge pages where no MAP_HUGETLB mapping was had) and `-k`.
+    fn finish(&mut self, large_pages: bool, lock: bool) -> Result<(), StoreError> {
+        let (base, len) = (self.base, self.len);
+        if large_pages && self.pages == PageKind::Normal {
             // SAFETY: advice on our own mapping; failure only means no transparent huge pages.
             let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
             if rc == 0 {
-                heap.pages = PageKind::TransparentHuge;
+                self.pages = PageKind::TransparentHuge;
             }
         }
         if lock {
@@ -74,9 +132,24 @@ impl Heap {
                      with `ulimit -l` / RLIMIT_MEMLOCK, or start without -k"
                 )));
             }
-            heap.locked = true;
+            self.locked = true;
         }
-        Ok(heap)
+        Ok(())
+    }
+
+    /// Writes the mapping's dirty pages back to its memory file (a no-op cost on tmpfs, where
+    /// the page cache is the file).
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        if !self.file_backed {
+            return Ok(());
+        }
+        // SAFETY: msync of exactly our own mapping; no memory is read or written by us.
+        let rc = unsafe { libc::msync(self.base.cast(), self.mapped, libc::MS_SYNC) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     }
 
     /// Whether `discard` may give memory back. Not for mlocked heaps: MADV_DONTNEED refuses
@@ -91,7 +164,9 @@ impl Heap {
     }
 
     /// Gives the memory of the whole pages within `len` bytes at `start` back to the OS with
-    /// MADV_DONTNEED: RSS falls, and the next touch of those bytes faults in a zeroed page.
+    /// MADV_DONTNEED (MADV_REMOVE for a memory file: DONTNEED would only unmap the file's
+    /// pages, not free them): RSS falls, and the next touch of those bytes faults in a zeroed
+    /// page.
     /// Part pages at either end are kept, since the rest of such a page may be in use.
     /// Returns whether any memory was given back.
     ///
@@ -106,9 +181,14 @@ impl Heap {
         if from >= to {
             return false;
         }
-        // SAFETY: whole pages inside our private anonymous mapping (caller's contract), which
-        // no reference points into (caller's contract), so zeroing them breaks no borrow.
-        unsafe { libc::madvise(self.base.add(from).cast(), to - from, libc::MADV_DONTNEED) == 0 }
+        let advice = if self.file_backed {
+            libc::MADV_REMOVE
+        } else {
+            libc::MADV_DONTNEED
+        };
+        // SAFETY: whole pages inside our mapping (caller's contract), which no reference
+        // points into (caller's contract), so zeroing them breaks no borrow.
+        unsafe { libc::madvise(self.base.add(from).cast(), to - from, advice) == 0 }
     }
 
     /// `len` bytes at `start`.
