@@ -69,18 +69,16 @@ impl Heap {
     }
 
     /// A shared mapping of the first `len` bytes of `file`, which is at least that long (a
-    /// mapping past the end of a file faults with SIGBUS on touch). With `populate`, every
-    /// page is mapped now (MAP_POPULATE: one pass in the kernel rather than a fault per page),
-    /// for a restore that is about to read them all.
+    /// mapping past the end of a file faults with SIGBUS on touch). Not MAP_POPULATE: on tmpfs
+    /// that would allocate every hole of a sparse file, where faulting in only the segments a
+    /// restore reads maps just what holds items.
     pub(crate) fn from_file(
         file: &std::fs::File,
         len: usize,
-        populate: bool,
         large_pages: bool,
         lock: bool,
     ) -> Result<Heap, StoreError> {
         use std::os::fd::AsRawFd;
-        let populate = if populate { libc::MAP_POPULATE } else { 0 };
         // SAFETY: a fresh shared mapping of a file we hold open; nothing else in this process
         // refers to it. Another process changing the file is the operator's to prevent (as
         // with memcached's -e).
@@ -89,7 +87,7 @@ impl Heap {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | populate,
+                libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
             )

@@ -165,7 +165,6 @@ impl Store {
                 let heap = Heap::from_file(
                     &file,
                     saved.heap_bytes as usize,
-                    true,
                     config.large_pages,
                     config.lock_memory,
                 )?;
@@ -207,7 +206,7 @@ impl Store {
         };
         resize(0)?;
         resize(len as u64)?;
-        let heap = Heap::from_file(file, len, false, config.large_pages, config.lock_memory)?;
+        let heap = Heap::from_file(file, len, config.large_pages, config.lock_memory)?;
         let seeds = random_seeds();
         Ok(Store::with_heap(
             config,
@@ -240,6 +239,10 @@ impl Store {
             let mut live = Vec::with_capacity(sh.index.len());
             sh.index
                 .entries_with_tags(0..1 << TAG_BITS, |loc| live.push(loc));
+            // In heap order, not the walk's tag order: a restore then reads the heap front to
+            // back, and inserting keys in tag order would pile them into the growing index's
+            // first buckets (7.6 s instead of 0.17 s for a million items).
+            live.sort_unstable();
             let state = SavedShard {
                 flush_seq: sh.flush_seq,
                 active: sh.active.to_vec(),
