@@ -381,7 +381,8 @@ impl Store {
                     "shard {id}'s active segment {active} is not in its chain"
                 ));
             }
-            sh.active[g] = active;
+            // Not appended to again: new writes open new segments, whose epochs are above every
+            // saved one, so every CAS handed out after the restart is above every one before.
         }
         let (mut items, mut expired) = (0, 0);
         for &packed in &state.live {
@@ -415,14 +416,13 @@ impl Store {
             self.link(sh, key.tag, loc, hdr, None);
             items += 1;
         }
-        // Sealed segments whose items all expired meanwhile go back to the pool now.
+        // Segments whose items all expired meanwhile go back to the pool now.
         let emptied: Vec<u32> = sh
             .chains
             .iter()
-            .enumerate()
-            .flat_map(|(g, chain)| chain.iter().map(move |&head| (g, head)))
-            .filter(|&(g, head)| sh.active[g] != head && get32(&self.segs.meta(head).live) == 0)
-            .map(|(_, head)| head)
+            .flatten()
+            .copied()
+            .filter(|&head| get32(&self.segs.meta(head).live) == 0)
             .collect();
         for head in emptied {
             self.drop_segment(sh, head);
