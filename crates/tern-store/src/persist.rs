@@ -385,6 +385,7 @@ impl Store {
             // saved one, so every CAS handed out after the restart is above every one before.
         }
         let (mut items, mut expired) = (0, 0);
+        sh.index.reserve(state.live.len());
         for &packed in &state.live {
             if packed >> crate::segments::OFFSET_BITS == 0 {
                 return Err(format!("shard {id} lists an item at no segment"));
