@@ -276,6 +276,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_memory_file_keeps_what_was_written_and_discard_frees_its_pages() {
+        use std::os::unix::fs::MetadataExt;
+        let page = page_size();
+        let len = 16 * page;
+        // On tmpfs, where memory files belong (and MADV_REMOVE works on any kernel).
+        let dir = std::path::Path::new("/dev/shm");
+        let dir = if dir.is_dir() {
+            dir.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let path = dir.join(format!("tern-heap-file-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(len as u64).unwrap();
+        {
+            let heap = Heap::from_file(&file, len, false, false).unwrap();
+            // SAFETY: the only reference into the heap, dropped at the end of the statement.
+            unsafe { heap.slice(0, len) }.fill(7);
+            heap.sync().unwrap();
+        }
+        let heap = Heap::from_file(&file, len, false, false).unwrap();
+        // SAFETY: as above.
+        assert!(unsafe { heap.slice(0, len) }.iter().all(|&b| b == 7));
+        let blocks = file.metadata().unwrap().blocks();
+        // SAFETY: whole pages of our mapping; no reference into them is alive.
+        assert!(unsafe { heap.discard(4 * page, 8 * page) });
+        assert!(file.metadata().unwrap().blocks() < blocks);
+        // SAFETY: as above.
+        let bytes = unsafe { heap.slice(0, len) };
+        assert!(bytes[4 * page..12 * page].iter().all(|&b| b == 0));
+        assert!(bytes[..4 * page]
+            .iter()
+            .chain(&bytes[12 * page..])
+            .all(|&b| b == 7));
+        drop(heap);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn discarded_pages_leave_memory_and_read_back_zero_while_their_neighbours_stay() {
         let page = page_size();
         let len = 16 * page;
