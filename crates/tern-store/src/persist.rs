@@ -324,7 +324,8 @@ impl Store {
 
     /// Whether segment `i`'s saved bookkeeping can be trusted to index the heap: a free one
     /// always; an owned run head (or ordinary segment) when its run and written bytes lie in
-    /// the heap; any other owned segment when it lies inside its head's run, same owner.
+    /// the heap and every segment of the run names it; any other owned segment when it lies
+    /// inside its head's run, same owner.
     fn consistent(&self, saved: &Saved, i: usize) -> bool {
         let seg = &saved.segs[i];
         if seg.owner >= crate::segments::OWNER_PENDING {
@@ -339,6 +340,9 @@ impl Store {
         if head == i {
             run_len > 0
                 && i + run_len <= saved.segs.len()
+                && saved.segs[i + 1..i + run_len]
+                    .iter()
+                    .all(|tail| tail.owner == seg.owner && tail.head == seg.head)
                 && run.write_off as usize <= run_len * self.segs.size()
                 && (run.group as usize) < GROUPS
                 && run.epoch < saved.epoch
@@ -893,6 +897,38 @@ mod tests {
             Opened::Restored(Restored { shards: 4, .. })
         ));
         assert_eq!(read(&s, b"k10").unwrap().0, value_of(10));
+    }
+
+    /// Metadata whose checksum holds but whose content does not (a bug, or a forgery) is
+    /// refused by the checks behind the checksum, never followed out of bounds.
+    #[test]
+    fn metadata_that_checks_out_but_lies_is_refused() {
+        let file = TempFile::new("lies");
+        let resealed = |mut meta: Vec<u8>, at: usize, value: u64| {
+            meta.truncate(meta.len() - 4);
+            meta[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            let crc = crc32fast::hash(&meta);
+            meta.extend_from_slice(&crc.to_le_bytes());
+            meta
+        };
+        let meta = saved(&file);
+        // The last field before the checksum is the last shard's last live item's location.
+        let last_loc = meta.len() - 12;
+        let real = u64::from_le_bytes(meta[last_loc..last_loc + 8].try_into().unwrap());
+        for lie in [
+            0,
+            u64::MAX,
+            real + 1,
+            real ^ (1 << 20),
+            (1 << 20) | 0xf_ffff,
+        ] {
+            let why = refused(&file, config(), &resealed(saved(&file), last_loc, lie));
+            assert!(!why.contains("checksum"), "{lie:#x}: {why}");
+        }
+        // Segment 0's write offset (with its max expiry) past its end: the segment records
+        // start after 108 bytes of header (see `encode`), the write offset 12 bytes in.
+        let why = refused(&file, config(), &resealed(saved(&file), 108 + 12, u64::MAX));
+        assert!(why.contains("inconsistent"), "{why}");
     }
 
     #[test]
