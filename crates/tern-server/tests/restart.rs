@@ -26,6 +26,10 @@ impl Scratch {
         } else {
             std::env::temp_dir()
         };
+        Scratch::under(&base, name)
+    }
+
+    fn under(base: &Path, name: &str) -> Scratch {
         let dir = base.join(format!("tern-restart-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -339,4 +343,23 @@ fn a_damaged_memory_file_or_metadata_is_refused_with_a_message() {
         std::fs::write(scratch.meta(), meta).unwrap();
         starts_empty(&scratch, &[], "the metadata file");
     }
+}
+
+#[test]
+fn a_memory_file_off_tmpfs_is_warned_about() {
+    let scratch = Scratch::under(Path::new(env!("CARGO_TARGET_TMPDIR")), "disk");
+    let fs_type = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(&scratch.dir)
+        .output()
+        .expect("stat");
+    let fs_type = String::from_utf8(fs_type.stdout).unwrap();
+    let on_memory = ["tmpfs", "hugetlbfs"].contains(&fs_type.trim());
+    let server = scratch.start(&[]);
+    // A reply means the store is open, and its log lines written.
+    server
+        .connect()
+        .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let warned = scratch.log().contains("not on tmpfs or hugetlbfs");
+    assert_eq!(warned, !on_memory, "{fs_type}: {}", scratch.log());
 }
