@@ -43,7 +43,9 @@ mod worker;
 
 pub use hotkeys::{HotKey, HotKeyConfig, HotKeySampler, HotKeys, HotKeysReport};
 pub use http::{stats_json, AdminServer, AdminSource};
-pub use snapshot::{general_stats, MemcachedCounters, SegmentStats, Snapshot, StoreStats};
+pub use snapshot::{
+    general_stats, MemcachedCounters, RestoreStats, SegmentStats, Snapshot, StoreStats,
+};
 pub use worker::{
     latency_bucket, latency_bucket_bound_nanos, Command, LatencyBatch, LatencyHistogram, Outcome,
     OwnedCounter, WorkerMetrics, WorkerSnapshot, FIRST_BUCKET_LOG2, LATENCY_BUCKETS,

@@ -30,6 +30,7 @@ impl AdminSource for FakeServer {
             max_connections: 1024,
             accepting_connections: true,
             workers: self.workers.iter().map(WorkerMetrics::snapshot).collect(),
+            restore: None,
             store: StoreStats {
                 items: 3,
                 total_items: 5,

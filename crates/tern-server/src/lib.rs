@@ -11,7 +11,8 @@
 //! - `shared`: server-wide state and what the server shows about itself (snapshots, the admin
 //!   endpoint's source); `recording`: each worker's counters; `conn_table`: `stats conns`' sockets;
 //! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`;
-//! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads.
+//! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads;
+//! - `restart`: `-e`, the memory file's metadata read at start and saved at a graceful stop.
 
 mod binary;
 mod config;
@@ -27,6 +28,7 @@ mod prefix_stats;
 mod process;
 mod recording;
 mod reload;
+mod restart;
 mod shared;
 mod text;
 mod udp;
@@ -42,7 +44,7 @@ use anyhow::Context;
 pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
 pub use ops::VERSION_REPLY;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use tern_store::{Clock, Config, PageKind, Store};
 
 use crate::placement::Placement;
@@ -128,22 +130,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let placement = Placement::plan(&settings)?;
     placement.bind_memory()?;
     let clock = Arc::new(Clock::system());
-    let store = Store::new(
-        Config {
-            heap_bytes: settings.memory_limit_mb << 20,
-            max_item_size: settings.max_item_size,
-            eviction: settings.effective_eviction(),
-            cas_enabled: !settings.disable_cas,
-            large_pages: settings.enable_largepages,
-            lock_memory: settings.lock_memory,
-            shards: tern_store::shards_for(settings.threads, settings.memory_limit_mb << 20),
-            ..Config::default()
-        },
-        clock.clone(),
-    )?;
+    let store_config = Config {
+        heap_bytes: settings.memory_limit_mb << 20,
+        max_item_size: settings.max_item_size,
+        eviction: settings.effective_eviction(),
+        cas_enabled: !settings.disable_cas,
+        large_pages: settings.enable_largepages,
+        lock_memory: settings.lock_memory,
+        shards: tern_store::shards_for(settings.threads, settings.memory_limit_mb << 20),
+        ..Config::default()
+    };
+    let (store, restored) = match &settings.memory_file {
+        Some(file) => {
+            let (store, restored) = restart::open(store_config, clock.clone(), file)?;
+            (store, Some(restored))
+        }
+        None => (Store::new(store_config, clock.clone())?, None),
+    };
     report_heap(&store, settings.enable_largepages);
-    // Registered before any worker runs, so a signal is never lost.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+    // Registered before any worker runs, so a signal is never lost. SIGUSR1 is memcached's
+    // graceful stop.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP])
         .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
     let mut shared = Shared::new(settings, store);
@@ -152,6 +159,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         clock.clone(),
     ));
     shared.set_log_level = log_level;
+    shared.restore = restored;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).
@@ -205,6 +213,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     clock_thread.thread().unpark();
     let _ = clock_thread.join();
+    if let Some(file) = &shared.settings.memory_file {
+        restart::save(&shared.store, file)?;
+    }
     if let Some(path) = unix_socket {
         let _ = std::fs::remove_file(path);
     }

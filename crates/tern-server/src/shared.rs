@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tern_admin::stats_text::{ConnInfo, ConnState};
 use tern_admin::{
-    AdminSource, HotKeyConfig, HotKeys, HotKeysReport, SegmentStats, Snapshot, StoreStats,
+    AdminSource, HotKeyConfig, HotKeys, HotKeysReport, RestoreStats, SegmentStats, Snapshot,
+    StoreStats,
 };
 use tern_store::{Store, UnixSecs};
 
@@ -48,6 +49,8 @@ pub struct Shared {
     pub prefix_stats: PrefixStats,
     /// `watch` (shared with the store's eviction observer).
     pub watchers: Arc<Watchers>,
+    /// With `-e`: what the start restored, for `stats`.
+    pub restore: Option<RestoreStats>,
 }
 
 impl Shared {
@@ -75,6 +78,7 @@ impl Shared {
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             watchers: Arc::default(),
+            restore: None,
         }
     }
 }
@@ -132,10 +136,15 @@ impl Shared {
             ("worker_cpus", &self.worker_cpus),
             ("numa_node", &numa_node),
         ];
-        lines
+        let mut lines: Vec<(String, String)> = lines
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
-            .collect()
+            .collect();
+        // memcached's line, shown only when -e is given (memcached's would say "(null)").
+        if let Some(file) = &s.memory_file {
+            lines.push(("memory_file".into(), file.display().to_string()));
+        }
+        lines
     }
 }
 
@@ -201,6 +210,7 @@ impl Shared {
             accepting_connections: !self.shutdown.load(Ordering::Relaxed),
             workers: self.workers.iter().map(|w| w.metrics.snapshot()).collect(),
             store: store_stats(&self.store),
+            restore: self.restore,
         }
     }
 

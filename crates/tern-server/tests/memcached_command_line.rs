@@ -394,10 +394,6 @@ fn options_of_other_work_are_refused_with_a_reason() {
             "-Y/--auth-file: ASCII authentication is not supported yet",
         ),
         (
-            &["-l", "127.0.0.1", "-p", "0", "-e", "/dev/shm/memcached"],
-            "-e/--memory-file",
-        ),
-        (
             &["-l", "127.0.0.1", "-p", "0", "-Z"],
             "-Z/--enable-ssl: TLS is not supported yet",
         ),

@@ -25,6 +25,15 @@ impl Flush {
         }
     }
 
+    /// The latest `flush_all` mark, saved across a restart (`persist`).
+    pub(crate) fn mark(&self) -> u64 {
+        self.mark.load(Relaxed)
+    }
+
+    pub(crate) fn restore_mark(&self, mark: u64) {
+        self.mark.store(mark, Relaxed);
+    }
+
     /// The generation a shard that has applied `applied` must apply at `now`, if any.
     #[inline]
     fn due(&self, applied: u32, now: UnixSecs) -> Option<u32> {

@@ -1,6 +1,9 @@
 //! The heap: one anonymous mapping of `-m` bytes made at start. Pages are only backed when a
 //! segment is first written, so RSS grows with use and never past the mapping; after the memory
 //! limit is lowered, free segments' pages are given back (`discard`).
+//!
+//! With a memory file (memcached's `-e`, see `persist`) the heap is a shared mapping of that
+//! file instead, so the items outlive the process.
 
 use crate::StoreError;
 
@@ -25,6 +28,8 @@ pub(crate) struct Heap {
     locked: bool,
     /// The smallest unit `discard` can give back.
     page_size: usize,
+    /// A shared mapping of a memory file rather than anonymous memory.
+    file_backed: bool,
 }
 
 // SAFETY: the mapping is plain memory owned by the heap for its whole life; which thread may
@@ -57,12 +62,63 @@ impl Heap {
             pages,
             locked: false,
             page_size: page_size(),
+            file_backed: false,
         };
-        if large_pages && pages == PageKind::Normal {
+        heap.finish(large_pages, lock)?;
+        Ok(heap)
+    }
+
+    /// A shared mapping of the first `len` bytes of `file`, which is at least that long (a
+    /// mapping past the end of a file faults with SIGBUS on touch). Not MAP_POPULATE: on tmpfs
+    /// that would allocate every hole of a sparse file, where faulting in only the segments a
+    /// restore reads maps just what holds items.
+    pub(crate) fn from_file(
+        file: &std::fs::File,
+        len: usize,
+        large_pages: bool,
+        lock: bool,
+    ) -> Result<Heap, StoreError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file we hold open; nothing else in this process
+        // refers to it. Another process changing the file is the operator's to prevent (as
+        // with memcached's -e).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(StoreError::Config(format!(
+                "cannot map the {len}-byte memory file: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let mut heap = Heap {
+            base: base.cast(),
+            len,
+            mapped: len,
+            pages: PageKind::Normal,
+            locked: false,
+            page_size: page_size(),
+            file_backed: true,
+        };
+        heap.finish(large_pages, lock)?;
+        Ok(heap)
+    }
+
+    /// `-L` (transparent huge pages where no MAP_HUGETLB mapping was had) and `-k`.
+    fn finish(&mut self, large_pages: bool, lock: bool) -> Result<(), StoreError> {
+        let (base, len) = (self.base, self.len);
+        if large_pages && self.pages == PageKind::Normal {
             // SAFETY: advice on our own mapping; failure only means no transparent huge pages.
             let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
             if rc == 0 {
-                heap.pages = PageKind::TransparentHuge;
+                self.pages = PageKind::TransparentHuge;
             }
         }
         if lock {
@@ -74,9 +130,24 @@ impl Heap {
                      with `ulimit -l` / RLIMIT_MEMLOCK, or start without -k"
                 )));
             }
-            heap.locked = true;
+            self.locked = true;
         }
-        Ok(heap)
+        Ok(())
+    }
+
+    /// Writes the mapping's dirty pages back to its memory file (a no-op cost on tmpfs, where
+    /// the page cache is the file).
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        if !self.file_backed {
+            return Ok(());
+        }
+        // SAFETY: msync of exactly our own mapping; no memory is read or written by us.
+        let rc = unsafe { libc::msync(self.base.cast(), self.mapped, libc::MS_SYNC) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     }
 
     /// Whether `discard` may give memory back. Not for mlocked heaps: MADV_DONTNEED refuses
@@ -91,7 +162,9 @@ impl Heap {
     }
 
     /// Gives the memory of the whole pages within `len` bytes at `start` back to the OS with
-    /// MADV_DONTNEED: RSS falls, and the next touch of those bytes faults in a zeroed page.
+    /// MADV_DONTNEED (MADV_REMOVE for a memory file: DONTNEED would only unmap the file's
+    /// pages, not free them): RSS falls, and the next touch of those bytes faults in a zeroed
+    /// page.
     /// Part pages at either end are kept, since the rest of such a page may be in use.
     /// Returns whether any memory was given back.
     ///
@@ -106,9 +179,14 @@ impl Heap {
         if from >= to {
             return false;
         }
-        // SAFETY: whole pages inside our private anonymous mapping (caller's contract), which
-        // no reference points into (caller's contract), so zeroing them breaks no borrow.
-        unsafe { libc::madvise(self.base.add(from).cast(), to - from, libc::MADV_DONTNEED) == 0 }
+        let advice = if self.file_backed {
+            libc::MADV_REMOVE
+        } else {
+            libc::MADV_DONTNEED
+        };
+        // SAFETY: whole pages inside our mapping (caller's contract), which no reference
+        // points into (caller's contract), so zeroing them breaks no borrow.
+        unsafe { libc::madvise(self.base.add(from).cast(), to - from, advice) == 0 }
     }
 
     /// `len` bytes at `start`.
@@ -196,6 +274,51 @@ impl Heap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memory_file_keeps_what_was_written_and_discard_frees_its_pages() {
+        use std::os::unix::fs::MetadataExt;
+        let page = page_size();
+        let len = 16 * page;
+        // On tmpfs, where memory files belong (and MADV_REMOVE works on any kernel).
+        let dir = std::path::Path::new("/dev/shm");
+        let dir = if dir.is_dir() {
+            dir.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let path = dir.join(format!("tern-heap-file-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(len as u64).unwrap();
+        {
+            let heap = Heap::from_file(&file, len, false, false).unwrap();
+            // SAFETY: the only reference into the heap, dropped at the end of the statement.
+            unsafe { heap.slice(0, len) }.fill(7);
+            heap.sync().unwrap();
+        }
+        let heap = Heap::from_file(&file, len, false, false).unwrap();
+        // SAFETY: as above.
+        assert!(unsafe { heap.slice(0, len) }.iter().all(|&b| b == 7));
+        let blocks = file.metadata().unwrap().blocks();
+        // SAFETY: whole pages of our mapping; no reference into them is alive.
+        assert!(unsafe { heap.discard(4 * page, 8 * page) });
+        assert!(file.metadata().unwrap().blocks() < blocks);
+        // SAFETY: as above.
+        let bytes = unsafe { heap.slice(0, len) };
+        assert!(bytes[4 * page..12 * page].iter().all(|&b| b == 0));
+        assert!(bytes[..4 * page]
+            .iter()
+            .chain(&bytes[12 * page..])
+            .all(|&b| b == 7));
+        drop(heap);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn discarded_pages_leave_memory_and_read_back_zero_while_their_neighbours_stay() {

@@ -166,8 +166,22 @@ impl Index {
         *self = Index::new();
     }
 
+    /// Makes room for `additional` more entries at once, about 80% full after them (within the
+    /// 75-85% that growing keeps), so inserting them rebuilds nothing: a restore knows how many
+    /// it is about to insert, and one rebuild instead of one per 12.5% of growth halves its time.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let buckets = ((self.len + additional) * 20).div_ceil(WAYS * 16);
+        if buckets > self.buckets.len() {
+            self.rebuild(buckets);
+        }
+    }
+
     fn grow(&mut self) {
-        let old = std::mem::replace(self, Index::with_buckets(self.buckets.len() * 9 / 8 + 1));
+        self.rebuild(self.buckets.len() * 9 / 8 + 1);
+    }
+
+    fn rebuild(&mut self, buckets: usize) {
+        let old = std::mem::replace(self, Index::with_buckets(buckets));
         self.len = old.len;
         for bucket in old.buckets.iter() {
             for &slot in bucket.0.iter().filter(|&&s| s != 0) {
@@ -213,6 +227,26 @@ mod tests {
         seen.sort_unstable();
         let before_growth: Vec<u64> = seen.iter().copied().filter(|&l| l <= 5_000).collect();
         assert_eq!(before_growth, (1..=5_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_reserved_index_takes_that_many_entries_without_a_rebuild() {
+        let mut index = Index::new();
+        index.reserve(50_000);
+        let bytes = index.bytes();
+        for loc in 1..=50_000u64 {
+            index.insert(
+                (((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS)) | 1,
+                loc,
+            );
+        }
+        assert_eq!(index.bytes(), bytes);
+        let load = index.len() as f64 / (index.bytes() / 65 * 8) as f64;
+        assert!(load > 0.75 && load <= 0.85, "load {load}");
+        for loc in (1..=50_000u64).step_by(97) {
+            let tag = (((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS)) | 1;
+            assert!(index.find(tag, |l| l == loc).is_some());
+        }
     }
 
     #[test]

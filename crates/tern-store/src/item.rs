@@ -178,6 +178,26 @@ pub(crate) fn parse(item: &[u8]) -> Header {
     }
 }
 
+/// `parse`, for bytes not known to hold an item (a restore): `None` unless the header and
+/// the key and value it announces lie within `item`, with a key of 1 to 250 bytes.
+pub(crate) fn parse_checked(item: &[u8]) -> Option<Header> {
+    if item.len() < VLEN + 1 {
+        return None;
+    }
+    let bits = item[BITS];
+    let header = VLEN
+        + (bits & VLEN_WIDTH) as usize
+        + 1
+        + if bits & HAS_FLAGS != 0 { 4 } else { 0 }
+        + if item[ACCESS] & HAS_CAS != 0 { 8 } else { 0 }
+        + if bits & HAS_EXPIRY != 0 { 4 } else { 0 };
+    if item.len() < header {
+        return None;
+    }
+    let h = parse(item);
+    (h.key_len > 0 && h.key_len <= crate::write::MAX_KEY && h.size() <= item.len()).then_some(h)
+}
+
 pub(crate) fn set_bits(item: &mut [u8], set: u8, clear: u8) {
     item[BITS] = (item[BITS] & !clear) | set;
 }

@@ -29,6 +29,9 @@
 //! - The CAS unique is the item's place: (segment epoch << log2(segment size)) | offset. Every
 //!   write goes to a fresh place, so every stored version gets a new unique at no per-item cost;
 //!   a touch that must move an item carries its unique along.
+//! - With a memory file (memcached's `-e`, `Store::open_file`) the heap is a shared mapping of
+//!   it, and `snapshot_meta` saves what lives beside the heap, so a restart restores every
+//!   live item (see `persist`).
 
 pub mod clock;
 mod config;
@@ -39,6 +42,7 @@ mod heap;
 mod index;
 mod item;
 mod memlimit;
+mod persist;
 mod pool;
 mod read;
 mod runs;
@@ -58,6 +62,7 @@ pub use config::{shards_for, Config, Eviction, StoreError};
 pub use dump::{DumpCursor, ItemMeta};
 pub use heap::PageKind;
 pub use memlimit::MemoryLimitError;
+pub use persist::{Opened, Restored};
 pub use stats::StoreStats;
 pub use store::{EvictionObserver, Store};
 pub use types::{

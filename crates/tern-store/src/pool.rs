@@ -117,6 +117,11 @@ impl Pool {
         Some(i as u32)
     }
 
+    /// Takes `seg` out of the pool for a restore: the saved store had it in use.
+    pub(crate) fn take_restored(&mut self, seg: u32) {
+        self.remove(seg as usize);
+    }
+
     /// Takes `seg` back, unless a large write has claimed it (the claim takes it instead).
     pub(crate) fn give(&mut self, seg: u32) {
         let i = seg as usize;

@@ -25,9 +25,9 @@ use crate::UnixSecs;
 /// Bits of an item location's byte offset: the largest segment is 1 MiB.
 pub(crate) const OFFSET_BITS: u32 = 20;
 pub(crate) const NO_SEGMENT: u32 = u32::MAX;
-const OWNER_FREE: u32 = u32::MAX;
+pub(crate) const OWNER_FREE: u32 = u32::MAX;
 /// A run handed to a writer that has not linked it into its shard yet.
-const OWNER_PENDING: u32 = u32::MAX - 1;
+pub(crate) const OWNER_PENDING: u32 = u32::MAX - 1;
 
 /// Where an item lives: segment (run head for large items) and byte offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +74,20 @@ pub(crate) struct SegMeta {
     epoch: AtomicU64,
     /// Age order for FIFO and merge: the epoch the segment was opened with.
     pub(crate) order: AtomicU64,
+}
+
+/// A segment's bookkeeping as saved across a restart (`persist`); `live` is recounted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SavedSeg {
+    pub(crate) owner: u32,
+    pub(crate) head: u32,
+    pub(crate) run_len: u32,
+    pub(crate) write_off: u32,
+    pub(crate) max_expiry: u32,
+    pub(crate) created: u32,
+    pub(crate) group: u32,
+    pub(crate) epoch: u64,
+    pub(crate) order: u64,
 }
 
 pub(crate) fn get32(a: &AtomicU32) -> u32 {
@@ -300,6 +314,58 @@ impl Segments {
             pool.mark_cold(start, len);
         }
         discarded
+    }
+
+    /// Writes the heap's pages back to its memory file, if it has one.
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        self.heap.sync()
+    }
+
+    /// The next segment epoch to hand out: every CAS unique given so far is below
+    /// `high_water << shift`, so a restore that starts from it reuses none.
+    pub(crate) fn epoch_high_water(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+
+    pub(crate) fn set_epoch_high_water(&self, epoch: u64) {
+        self.epoch.store(epoch, Relaxed);
+    }
+
+    /// `seg`'s bookkeeping, for a restart (`persist`).
+    pub(crate) fn save(&self, seg: u32) -> SavedSeg {
+        let m = self.meta(seg);
+        SavedSeg {
+            owner: get32(&m.owner),
+            head: get32(&m.head),
+            run_len: get32(&m.run_len),
+            write_off: get32(&m.write_off),
+            max_expiry: get32(&m.max_expiry),
+            created: get32(&m.created),
+            group: get32(&m.group),
+            epoch: m.epoch.load(Relaxed),
+            order: m.order.load(Relaxed),
+        }
+    }
+
+    /// Puts `seg`'s saved bookkeeping back, with no live item counted yet (a restore links
+    /// them again); a segment saved free or pending is free. Called before the store is
+    /// shared.
+    pub(crate) fn restore(&self, seg: u32, saved: &SavedSeg) {
+        if matches!(saved.owner, OWNER_FREE | OWNER_PENDING) {
+            self.set_free(seg);
+            return;
+        }
+        let m = self.meta(seg);
+        set32(&m.owner, saved.owner);
+        set32(&m.head, saved.head);
+        set32(&m.run_len, saved.run_len);
+        set32(&m.write_off, saved.write_off);
+        set32(&m.live, 0);
+        set32(&m.max_expiry, saved.max_expiry);
+        set32(&m.created, saved.created);
+        set32(&m.group, saved.group);
+        m.epoch.store(saved.epoch, Relaxed);
+        m.order.store(saved.order, Relaxed);
     }
 
     /// The CAS unique of an item written at `loc` (its place). Offsets are below the segment

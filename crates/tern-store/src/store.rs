@@ -16,6 +16,8 @@ pub struct Store {
     pub(crate) config: Config,
     pub(crate) clock: Arc<Clock>,
     pub(crate) hasher: ahash::RandomState,
+    /// The seeds `hasher` was made from, saved with a memory file (`persist`).
+    pub(crate) seeds: [u64; 4],
     pub(crate) shards: Box<[Padded<Mutex<Shard>>]>,
     pub(crate) segs: Segments,
     pub(crate) pool: Mutex<Pool>,
@@ -45,11 +47,30 @@ impl Store {
             config.large_pages,
             config.lock_memory,
         )?;
-        let hasher = ahash::RandomState::new();
+        let seeds = crate::persist::random_seeds();
+        Ok(Store::with_heap(
+            config,
+            clock,
+            &geometry,
+            heap,
+            crate::persist::hasher_of(seeds),
+            seeds,
+        ))
+    }
+
+    /// A store of `geometry` over `heap`, empty, hashing keys with `hasher`.
+    pub(crate) fn with_heap(
+        config: Config,
+        clock: Arc<Clock>,
+        geometry: &Geometry,
+        heap: Heap,
+        hasher: ahash::RandomState,
+        seeds: [u64; 4],
+    ) -> Store {
         let shards = (0..geometry.shards)
             .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
             .collect();
-        Ok(Store {
+        Store {
             segs: Segments::new(
                 heap,
                 geometry.segments,
@@ -65,8 +86,9 @@ impl Store {
             config,
             clock,
             hasher,
+            seeds,
             shards,
-        })
+        }
     }
 
     /// Has `observe` called for every item evicted from now on (memcached's `watch

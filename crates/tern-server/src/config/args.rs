@@ -62,6 +62,12 @@ pub struct ServeArgs {
     /// Item memory in megabytes [default: 64].
     #[arg(short = 'm', long, value_name = "MB")]
     pub memory_limit: Option<usize>,
+    /// Item memory as a shared mapping of FILE (put it on tmpfs, e.g. /dev/shm or
+    /// /run/tern): a graceful stop (SIGTERM, SIGINT, SIGUSR1, `shutdown graceful`) saves what a
+    /// restart needs in FILE.meta, and the next start with the same -m/-I/-C restores every
+    /// live item [default: none, the cache starts empty].
+    #[arg(short = 'e', long, value_name = "FILE")]
+    pub memory_file: Option<PathBuf>,
     /// Worker threads, each with its own event loop [default: 4].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -167,9 +173,6 @@ pub struct ServeArgs {
     /// ASCII protocol authentication from a user:password file: not supported yet.
     #[arg(short = 'Y', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]
     pub auth_file: Option<PathBuf>,
-    /// Item memory in a mmapped file, for restarts that keep the cache: not supported yet.
-    #[arg(short = 'e', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]
-    pub memory_file: Option<PathBuf>,
     /// TLS: not supported yet.
     #[arg(short = 'Z', long, help_heading = NOT_SUPPORTED)]
     pub enable_ssl: bool,

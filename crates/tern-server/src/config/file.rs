@@ -39,6 +39,7 @@ pub(super) struct FileConfig {
     daemon: Option<bool>,
     user: Option<String>,
     pidfile: Option<PathBuf>,
+    memory_file: Option<PathBuf>,
     admin_port: Option<u16>,
     hotkey_sample_rate: Option<u32>,
     hotkey_window: Option<u64>,
@@ -123,6 +124,9 @@ impl Settings {
         }
         if let Some(pidfile) = f.pidfile {
             self.pidfile = Some(pidfile);
+        }
+        if let Some(path) = f.memory_file {
+            self.memory_file = Some(path);
         }
         Ok(())
     }

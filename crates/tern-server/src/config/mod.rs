@@ -87,6 +87,8 @@ pub struct Settings {
     pub daemon: bool,
     pub user: Option<String>,
     pub pidfile: Option<PathBuf>,
+    /// `-e`: the item heap is a shared mapping of this file, kept across graceful restarts.
+    pub memory_file: Option<PathBuf>,
     /// The admin HTTP endpoint's port; `None`: no endpoint.
     pub admin_port: Option<u16>,
     /// Mean requests per hot-key sample; 0: hot keys not tracked.
@@ -134,6 +136,7 @@ impl Default for Settings {
             daemon: false,
             user: None,
             pidfile: None,
+            memory_file: None,
             admin_port: None,
             hotkey_sample_rate: 64,
             hotkey_window_secs: 10,
@@ -203,10 +206,6 @@ impl Settings {
                 a.auth_file.is_some(),
                 "-Y/--auth-file: ASCII authentication",
             ),
-            (
-                a.memory_file.is_some(),
-                "-e/--memory-file: a memory file kept across restarts",
-            ),
             (a.enable_ssl, "-Z/--enable-ssl: TLS"),
         ];
         for (given, what) in not_supported {
@@ -272,6 +271,9 @@ impl Settings {
         }
         if a.pidfile.is_some() {
             self.pidfile = a.pidfile.clone();
+        }
+        if a.memory_file.is_some() {
+            self.memory_file = a.memory_file.clone();
         }
         Ok(())
     }
@@ -435,6 +437,7 @@ impl Settings {
         };
         fix(&mut self.pidfile);
         fix(&mut self.unix_socket);
+        fix(&mut self.memory_file);
         Ok(())
     }
 }
@@ -741,7 +744,6 @@ mod tests {
                 "-S/--enable-sasl: SASL authentication is not supported yet",
             ),
             (&["-Y", "/etc/auth"], "-Y/--auth-file"),
-            (&["-e", "/dev/shm/mc"], "-e/--memory-file"),
             (
                 &["--enable-ssl"],
                 "-Z/--enable-ssl: TLS is not supported yet",

@@ -1,0 +1,365 @@
+//! Warm restart (`-e`, docs/restart.md): a graceful stop saves, the next start restores every
+//! live item (values byte for byte, flags, CAS), and anything else (a crash, other settings, a
+//! damaged file) starts an empty, healthy cache with one line saying why. Deadlines across a
+//! downtime are tested in tern-store (`persist`), where the clock can be moved.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_testkit::{free_port, tern_bin, Conn, Rng, ServerProcess, PATIENCE};
+
+/// A memory file under /dev/shm (tmpfs, as the docs ask) when there is one, and its log.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        Scratch::under(&base, name)
+    }
+
+    fn under(base: &Path, name: &str) -> Scratch {
+        let dir = base.join(format!("tern-restart-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch { dir }
+    }
+
+    fn mem(&self) -> String {
+        self.dir.join("tern.mem").display().to_string()
+    }
+
+    fn meta(&self) -> PathBuf {
+        self.dir.join("tern.mem.meta")
+    }
+
+    /// Starts `tern serve -e <mem> <args>` with its log in `log` (replaced), and waits until it
+    /// accepts.
+    fn start(&self, args: &[&str]) -> ServerProcess {
+        let port = free_port();
+        let log = File::create(self.log_path()).unwrap();
+        let mut child = Command::new(tern_bin())
+            .arg("serve")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-e",
+                &self.mem(),
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tern");
+        let deadline = Instant::now() + PATIENCE;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("tern exited before it was ready ({status}): {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "tern was not ready in time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ServerProcess { child, port }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("tern.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Value, flags and CAS of every key, by `gets`.
+fn read_all(c: &mut Conn, keys: &[String]) -> HashMap<String, (Vec<u8>, u32, u64)> {
+    let mut got = HashMap::new();
+    for key in keys {
+        c.send(format!("gets {key}\r\n").as_bytes());
+        let mut reply = c.read_until(b"\r\n");
+        if reply == b"END\r\n" {
+            continue;
+        }
+        let line_end = reply.windows(2).position(|w| w == b"\r\n").unwrap();
+        let header = String::from_utf8(reply[..line_end].to_vec()).unwrap();
+        let fields: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(fields[..2], ["VALUE", key.as_str()], "{header}");
+        let len: usize = fields[3].parse().unwrap();
+        let whole = line_end + 2 + len + 2 + 5;
+        let rest = whole - reply.len();
+        reply.extend(c.read_exact(rest));
+        let body = &reply[line_end + 2..];
+        assert!(body.ends_with(b"\r\nEND\r\n"), "{key}");
+        got.insert(
+            key.clone(),
+            (
+                body[..len].to_vec(),
+                fields[2].parse().unwrap(),
+                fields[4].parse().unwrap(),
+            ),
+        );
+    }
+    got
+}
+
+/// Stores `count` items of every shape (binary values with CRLFs inside, sizes from 0 to 300
+/// KB, flags, deadlines), deletes and overwrites some; returns the keys.
+fn fill(c: &mut Conn, count: usize, seed: u64) -> Vec<String> {
+    let mut rng = Rng(seed);
+    let mut keys = Vec::new();
+    for i in 0..count {
+        let key = format!("key-{seed}-{i}");
+        let len = match i % 100 {
+            0 => 300_000,
+            1..=9 => rng.below(20_000) as usize,
+            _ => rng.below(200) as usize,
+        };
+        let value: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        let exptime = if i % 4 == 0 { 100_000 } else { 0 };
+        let mut request =
+            format!("set {key} {} {exptime} {len}\r\n", rng.below(1 << 32)).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        c.expect(&request, b"STORED\r\n");
+        keys.push(key);
+    }
+    for key in keys.iter().step_by(17) {
+        c.expect(format!("delete {key}\r\n").as_bytes(), b"DELETED\r\n");
+    }
+    let kept = keys.iter().enumerate().filter(|(i, _)| i % 17 != 0);
+    for (_, key) in kept.filter(|(i, _)| i % 13 == 3) {
+        c.expect(
+            format!("append {key} 0 0 4\r\nmore\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    keys
+}
+
+fn stop(server: &mut ServerProcess, how: &str) {
+    if how == "shutdown" {
+        let mut c = server.connect();
+        c.send(b"shutdown graceful\r\n");
+        assert!(c.is_closed_by_server());
+    } else {
+        server.signal(how);
+    }
+    assert!(server.wait_exit().success(), "tern exited with an error");
+}
+
+#[test]
+fn every_graceful_stop_saves_and_the_restart_restores_every_value_byte_for_byte() {
+    let scratch = Scratch::new("graceful");
+    let mut server = scratch.start(&["-A", "-m", "64"]);
+    let mut c = server.connect();
+    let keys = fill(&mut c, 3_000, 1);
+    let mut expected = read_all(&mut c, &keys);
+    assert!(expected.len() > 2_000);
+    for how in ["TERM", "INT", "USR1", "shutdown"] {
+        stop(&mut server, how);
+        assert!(scratch.meta().exists(), "{how}: no metadata saved");
+        server = scratch.start(&["-A", "-m", "64"]);
+        let mut c = server.connect();
+        let stats = c.stats("stats\r\n");
+        assert!(!scratch.meta().exists(), "{how}: the clean mark stayed");
+        assert_eq!(stats["restored_items"], expected.len().to_string(), "{how}");
+        assert_eq!(stats["curr_items"], expected.len().to_string(), "{how}");
+        let mut all = keys.clone();
+        all.push("after".into());
+        let got = read_all(&mut c, &all);
+        let missing: Vec<_> = expected.keys().filter(|k| !got.contains_key(*k)).collect();
+        assert!(missing.is_empty(), "{how}: {missing:?} lost");
+        for (key, want) in &expected {
+            assert_eq!(got.get(key), Some(want), "{how}: {key}");
+        }
+        // CAS uniques go on rising: none handed out before is handed out again.
+        let highest = expected.values().map(|v| v.2).max().unwrap();
+        c.expect(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
+        let after = read_all(&mut c, &["after".to_string()])["after"].2;
+        assert!(after > highest, "{how}: CAS {after} after {highest}");
+        expected.insert(
+            "after".into(),
+            read_all(&mut c, &["after".into()])["after"].clone(),
+        );
+        assert_eq!(read_all(&mut c, &all), expected);
+    }
+    let stats = server.connect().stats("stats settings\r\n");
+    assert_eq!(stats["memory_file"], scratch.mem());
+}
+
+#[test]
+fn kill_9_during_a_write_load_gives_an_empty_healthy_cache() {
+    let scratch = Scratch::new("kill9");
+    let mut server = scratch.start(&["-t", "2"]);
+    fill(&mut server.connect(), 500, 2);
+    stop(&mut server, "TERM");
+    // Restored, so the metadata was there: the crash below must not leave it valid.
+    let mut server = scratch.start(&["-t", "2"]);
+    assert_ne!(server.connect().stats("stats\r\n")["restored_items"], "0");
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let mut c = server.connect();
+            let stop_writing = stop_writing.clone();
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                // Until the server dies under it.
+                while !stop_writing.load(Ordering::Relaxed) {
+                    let set = format!("set w{w}-{i} 0 0 100 noreply\r\n{i:0100}\r\n");
+                    if c.stream.write_all(set.as_bytes()).is_err() {
+                        return;
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    // Writes are landing: wait until some of them show.
+    let mut c = server.connect();
+    let deadline = Instant::now() + PATIENCE;
+    while c.stats("stats\r\n")["total_items"].parse::<u64>().unwrap() < 10_000 {
+        assert!(Instant::now() < deadline, "the writers wrote nothing");
+    }
+    server.signal("KILL");
+    server.wait_exit();
+    stop_writing.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let server = scratch.start(&["-t", "2"]);
+    let mut c = server.connect();
+    // A reply means the store is open, and its log line written.
+    let stats = c.stats("stats\r\n");
+    let log = scratch.log();
+    assert!(
+        log.contains("the cache starts empty: no metadata from a clean stop"),
+        "{log}"
+    );
+    assert_eq!(
+        (
+            stats["curr_items"].as_str(),
+            stats["restored_items"].as_str()
+        ),
+        ("0", "0")
+    );
+    c.expect(b"get w0-1\r\n", b"END\r\n");
+    c.expect(b"set k 0 0 2\r\nok\r\n", b"STORED\r\n");
+    c.expect(b"get k\r\n", b"VALUE k 0 2\r\nok\r\nEND\r\n");
+}
+
+/// A live item's value, to find in the memory file.
+const MARKER: &[u8] = b"a value found once in the memory file: 8c1f0e5b";
+
+/// A server stopped cleanly with items in its memory file.
+fn saved(scratch: &Scratch, args: &[&str]) {
+    let mut server = scratch.start(args);
+    let mut c = server.connect();
+    fill(&mut c, 300, 3);
+    let mut set = format!("set marker 0 0 {}\r\n", MARKER.len()).into_bytes();
+    set.extend_from_slice(MARKER);
+    set.extend_from_slice(b"\r\n");
+    c.expect(&set, b"STORED\r\n");
+    stop(&mut server, "TERM");
+    assert!(scratch.meta().exists());
+}
+
+/// Starts tern on the saved file and checks it starts empty, saying `why`.
+fn starts_empty(scratch: &Scratch, args: &[&str], why: &str) {
+    let server = scratch.start(args);
+    let mut c = server.connect();
+    // A reply means the store is open, and its log line written.
+    assert_eq!(c.stats("stats\r\n")["curr_items"], "0");
+    let log = scratch.log();
+    assert!(
+        log.contains("the cache starts empty") && log.contains(why),
+        "{log}"
+    );
+    assert!(!scratch.meta().exists(), "the refused metadata stayed");
+    c.expect(b"get key-3-1\r\n", b"END\r\n");
+    c.expect(b"set k 0 0 2\r\nok\r\n", b"STORED\r\n");
+    c.expect(b"get k\r\n", b"VALUE k 0 2\r\nok\r\nEND\r\n");
+}
+
+#[test]
+fn other_settings_start_empty_and_say_why() {
+    let scratch = Scratch::new("settings");
+    saved(&scratch, &["-m", "64"]);
+    starts_empty(&scratch, &["-m", "128"], "(-m)");
+    saved(&scratch, &["-m", "64"]);
+    starts_empty(&scratch, &["-m", "64", "-I", "2m"], "(-I)");
+    saved(&scratch, &["-m", "64"]);
+    starts_empty(&scratch, &["-m", "64", "-C"], "(-C)");
+}
+
+#[test]
+fn a_damaged_memory_file_or_metadata_is_refused_with_a_message() {
+    let scratch = Scratch::new("damaged");
+    // A byte of a live item's value flipped.
+    saved(&scratch, &[]);
+    let mut bytes = std::fs::read(scratch.mem()).unwrap();
+    let at = bytes
+        .windows(MARKER.len())
+        .position(|w| w == MARKER)
+        .unwrap();
+    bytes[at + 5] ^= 0x20;
+    std::fs::write(scratch.mem(), &bytes).unwrap();
+    drop(bytes);
+    starts_empty(&scratch, &[], "checksum");
+    // The memory file cut short.
+    saved(&scratch, &[]);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(scratch.mem())
+        .unwrap();
+    file.set_len(file.metadata().unwrap().len() / 2).unwrap();
+    starts_empty(&scratch, &[], "truncated");
+    // The metadata empty (memcached's t/restart.t case), cut short, or from something else.
+    for meta in [
+        &b""[..],
+        b"TERNHEAP\x01\x00\x00\x00",
+        b"not tern's metadata at all",
+    ] {
+        saved(&scratch, &[]);
+        std::fs::write(scratch.meta(), meta).unwrap();
+        starts_empty(&scratch, &[], "the metadata file");
+    }
+}
+
+#[test]
+fn a_memory_file_off_tmpfs_is_warned_about() {
+    let scratch = Scratch::under(Path::new(env!("CARGO_TARGET_TMPDIR")), "disk");
+    let fs_type = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(&scratch.dir)
+        .output()
+        .expect("stat");
+    let fs_type = String::from_utf8(fs_type.stdout).unwrap();
+    let on_memory = ["tmpfs", "hugetlbfs"].contains(&fs_type.trim());
+    let server = scratch.start(&[]);
+    // A reply means the store is open, and its log lines written.
+    server
+        .connect()
+        .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let warned = scratch.log().contains("not on tmpfs or hugetlbfs");
+    assert_eq!(warned, !on_memory, "{fs_type}: {}", scratch.log());
+}

@@ -1,0 +1,972 @@
+//! Warm restart (memcached's `-e`): the heap as a shared mapping of a memory file, and the
+//! metadata that, saved at a clean stop, lets the next start serve the same items.
+//!
+//! The items need nothing more: they sit in the file, self-describing (see `item`). What lives
+//! beside the heap is saved as metadata (`Store::snapshot_meta`): the geometry and settings the
+//! layout depends on, the key hash's seeds (which shard a key belongs to, and its index tag),
+//! every segment's bookkeeping with a CRC32 of its written bytes, each shard's TTL chains and
+//! the locations of its live items, the CAS epoch high-water mark, the `flush_all` mark and the
+//! time of the stop; a CRC32 of all of it last. A start given that metadata
+//! (`Store::open_file`) checks it whole before it uses any of it, then checks each segment's
+//! CRC and each item's bounds, and rebuilds the index by hashing each live item's key again
+//! (which also proves the key belongs to the shard whose segment holds it). Any failure, and
+//! the store starts empty with the reason: never a torn or half-restored item.
+//!
+//! Saving the index itself instead was not worth it: rebuilding it from the live locations
+//! costs about as much as reading the saved table would (see docs/restart.md for the figures)
+//! and leaves the index's layout free to change between versions.
+//!
+//! No I/O policy here beyond the mapping: the server decides when to snapshot, where the
+//! metadata goes and when the clean mark is cleared.
+
+use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasher, RandomState};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::Geometry;
+use crate::heap::Heap;
+use crate::index::TAG_BITS;
+use crate::item;
+use crate::segments::{get32, Loc, SavedSeg, NO_SEGMENT};
+use crate::store::Store;
+use crate::ttl::GROUPS;
+use crate::{Clock, Config, Expiry, StoreError, UnixSecs};
+
+const MAGIC: &[u8; 8] = b"TERNHEAP";
+/// Bumped whenever the metadata's or the items' layout changes: a file of another version is
+/// refused, not misread.
+const FORMAT_VERSION: u32 = 1;
+/// Hashed with the saved seeds at save and at restore: a different result means this build
+/// hashes keys differently (another ahash), so shards and tags would not match.
+const FINGERPRINT_KEY: &[u8] = b"tern memory file fingerprint";
+
+/// What `Store::open_file` did with the memory file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// The items saved at the last clean stop are back.
+    Restored(Restored),
+    /// The store starts empty; why nothing was restored.
+    Empty(String),
+}
+
+/// A restore's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restored {
+    /// Live items back in the store.
+    pub items: u64,
+    /// Items saved that had expired by the restore (gone, as if read after their deadline).
+    pub expired: u64,
+    /// The store clock when the metadata was saved.
+    pub stopped_at: UnixSecs,
+    /// Shards of the saved store, kept whatever the configuration asks for (items are laid out
+    /// by shard).
+    pub shards: usize,
+}
+
+/// The decoded metadata.
+struct Saved {
+    heap_bytes: u64,
+    segment_shift: u32,
+    shards: u32,
+    max_item_size: u64,
+    cas_enabled: bool,
+    seeds: [u64; 4],
+    fingerprint: u64,
+    stopped_at: UnixSecs,
+    epoch: u64,
+    flush_mark: u64,
+    segs: Vec<SavedSeg>,
+    /// Per segment: CRC32 of the written bytes of the segment or run it heads.
+    crcs: Vec<u32>,
+    shard_states: Vec<SavedShard>,
+}
+
+#[derive(Default)]
+struct SavedShard {
+    flush_seq: u32,
+    active: Vec<u32>,
+    chains: Vec<Vec<u32>>,
+    /// Packed `Loc`s of the live items.
+    live: Vec<u64>,
+}
+
+pub(crate) fn random_seeds() -> [u64; 4] {
+    std::array::from_fn(|i| RandomState::new().hash_one(i))
+}
+
+pub(crate) fn hasher_of(seeds: [u64; 4]) -> ahash::RandomState {
+    ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3])
+}
+
+/// Runs `work` on every shard index, spread over the machine's cores.
+fn each_shard_in_parallel<T: Send>(shards: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(shards)
+        .max(1);
+    let work = &work;
+    let mut results: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    (t..shards)
+                        .step_by(threads)
+                        .map(|id| (id, work(id)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a restore thread panicked"))
+            .collect()
+    });
+    results.sort_by_key(|(id, _)| *id);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+impl Store {
+    /// A store whose heap is a shared mapping of `path` (created if missing), restored from
+    /// `saved` (metadata from `snapshot_meta` at the last clean stop) when that matches the
+    /// file and this configuration, else empty, with the reason. The file is resized to the
+    /// heap when the store starts empty. `config.shards` gives way to the saved store's shard
+    /// count on a restore.
+    pub fn open_file(
+        mut config: Config,
+        clock: Arc<Clock>,
+        path: &Path,
+        saved: Option<&[u8]>,
+    ) -> Result<(Store, Opened), StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| StoreError::Config(format!("memory file {}: {e}", path.display())))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| StoreError::Config(format!("memory file {}: {e}", path.display())))?
+            .len();
+        let saved = match saved {
+            None => Err("no metadata from a clean stop".to_string()),
+            Some(bytes) => Saved::decode(bytes).and_then(|saved| {
+                config.shards = saved.shards as usize;
+                saved.check(&config, file_len)?;
+                Ok(saved)
+            }),
+        };
+        let why = match saved {
+            Ok(saved) => {
+                let geometry = Geometry::of(&config)?;
+                let heap = Heap::from_file(
+                    &file,
+                    saved.heap_bytes as usize,
+                    config.large_pages,
+                    config.lock_memory,
+                )?;
+                let store = Store::with_heap(
+                    config.clone(),
+                    clock.clone(),
+                    &geometry,
+                    heap,
+                    hasher_of(saved.seeds),
+                    saved.seeds,
+                );
+                match store.restore(&saved) {
+                    Ok(restored) => return Ok((store, Opened::Restored(restored))),
+                    Err(why) => why,
+                }
+            }
+            Err(why) => why,
+        };
+        let geometry = Geometry::of(&config)?;
+        let len = geometry.segments << geometry.segment_shift;
+        Ok((
+            Store::empty_on_file(config, clock, &geometry, &file, len)?,
+            Opened::Empty(why),
+        ))
+    }
+
+    /// An empty store over `file`, whose old bytes are dropped first (truncating frees them).
+    fn empty_on_file(
+        config: Config,
+        clock: Arc<Clock>,
+        geometry: &Geometry,
+        file: &File,
+        len: usize,
+    ) -> Result<Store, StoreError> {
+        let resize = |to: u64| {
+            file.set_len(to).map_err(|e| {
+                StoreError::Config(format!("cannot size the memory file to {to} bytes: {e}"))
+            })
+        };
+        resize(0)?;
+        resize(len as u64)?;
+        let heap = Heap::from_file(file, len, config.large_pages, config.lock_memory)?;
+        let seeds = random_seeds();
+        Ok(Store::with_heap(
+            config,
+            clock,
+            geometry,
+            heap,
+            hasher_of(seeds),
+            seeds,
+        ))
+    }
+
+    /// Writes the heap's pages back to its memory file (see `Heap::sync`); before the metadata
+    /// is saved, so that metadata never describes bytes the file does not hold yet.
+    pub fn sync_file(&self) -> std::io::Result<()> {
+        self.segs.sync()
+    }
+
+    /// Everything beside the heap that a restore needs (see the module's doc), as bytes for
+    /// the server to keep beside the memory file. Call it once no command runs any more (at a
+    /// graceful stop, after the workers have stopped): a write after it is lost on restore.
+    pub fn snapshot_meta(&self) -> Vec<u8> {
+        let shard_states = each_shard_in_parallel(self.shards.len(), |id| {
+            let sh = self.lock(id);
+            let mut crcs = Vec::new();
+            for &head in sh.chains.iter().flatten() {
+                let bytes = self.segs.read(&sh.owner, head);
+                let written = (get32(&self.segs.meta(head).write_off) as usize).min(bytes.len());
+                crcs.push((head, crc32fast::hash(&bytes[..written])));
+            }
+            let mut live = Vec::with_capacity(sh.index.len());
+            sh.index
+                .entries_with_tags(0..1 << TAG_BITS, |loc| live.push(loc));
+            // In heap order, not the walk's tag order: a restore then reads the heap front to
+            // back, and inserting keys in tag order would pile them into the growing index's
+            // first buckets (7.6 s instead of 0.17 s for a million items).
+            live.sort_unstable();
+            let state = SavedShard {
+                flush_seq: sh.flush_seq,
+                active: sh.active.to_vec(),
+                chains: sh
+                    .chains
+                    .iter()
+                    .map(|c| c.iter().copied().collect())
+                    .collect(),
+                live,
+            };
+            (state, crcs)
+        });
+        let count = self.segs.count();
+        let mut crcs = vec![0; count];
+        let mut states = Vec::with_capacity(shard_states.len());
+        for (state, seg_crcs) in shard_states {
+            for (head, crc) in seg_crcs {
+                crcs[head as usize] = crc;
+            }
+            states.push(state);
+        }
+        let saved = Saved {
+            heap_bytes: (count * self.segs.size()) as u64,
+            segment_shift: self.segs.size().trailing_zeros(),
+            shards: self.shards.len() as u32,
+            max_item_size: self.config.max_item_size as u64,
+            cas_enabled: self.config.cas_enabled,
+            seeds: self.seeds,
+            fingerprint: self.hasher.hash_one(FINGERPRINT_KEY),
+            stopped_at: self.clock.now(),
+            epoch: self.segs.epoch_high_water(),
+            flush_mark: self.flush.mark(),
+            segs: (0..count as u32).map(|seg| self.segs.save(seg)).collect(),
+            crcs,
+            shard_states: states,
+        };
+        saved.encode()
+    }
+
+    /// Puts `saved` back into this fresh store over the saved file; the reason on any mismatch
+    /// (the store is then dropped: some items may be linked already).
+    fn restore(&self, saved: &Saved) -> Result<Restored, String> {
+        if self.hasher.hash_one(FINGERPRINT_KEY) != saved.fingerprint {
+            return Err("this build hashes keys differently from the one that saved it".into());
+        }
+        let count = self.segs.count();
+        let shards = self.shards.len();
+        for (i, seg) in saved.segs.iter().enumerate() {
+            if !self.consistent(saved, i) {
+                return Err(format!("segment {i}'s saved bookkeeping is inconsistent"));
+            }
+            self.segs.restore(i as u32, seg);
+        }
+        {
+            let mut pool = self.pool();
+            for seg in 0..count as u32 {
+                if !self.segs.is_free(seg) {
+                    pool.take_restored(seg);
+                }
+            }
+        }
+        self.segs.set_epoch_high_water(saved.epoch);
+        self.flush.restore_mark(saved.flush_mark);
+        let now = self.clock.now();
+        let outcomes = each_shard_in_parallel(shards, |id| self.restore_shard(id, saved, now));
+        let mut restored = Restored {
+            items: 0,
+            expired: 0,
+            stopped_at: saved.stopped_at,
+            shards,
+        };
+        for outcome in outcomes {
+            let (items, expired) = outcome?;
+            restored.items += items;
+            restored.expired += expired;
+        }
+        Ok(restored)
+    }
+
+    /// Whether segment `i`'s saved bookkeeping can be trusted to index the heap: a free one
+    /// always; an owned run head (or ordinary segment) when its run and written bytes lie in
+    /// the heap and every segment of the run names it; any other owned segment when it lies
+    /// inside its head's run, same owner.
+    fn consistent(&self, saved: &Saved, i: usize) -> bool {
+        let seg = &saved.segs[i];
+        if seg.owner >= crate::segments::OWNER_PENDING {
+            return true;
+        }
+        let head = seg.head as usize;
+        if seg.owner as usize >= self.shards.len() || head > i {
+            return false;
+        }
+        let run = &saved.segs[head];
+        let run_len = run.run_len as usize;
+        if head == i {
+            run_len > 0
+                && i + run_len <= saved.segs.len()
+                && saved.segs[i + 1..i + run_len]
+                    .iter()
+                    .all(|tail| tail.owner == seg.owner && tail.head == seg.head)
+                && run.write_off as usize <= run_len * self.segs.size()
+                && (run.group as usize) < GROUPS
+                && run.epoch < saved.epoch
+        } else {
+            run.owner == seg.owner && run.head as usize == head && i < head + run_len
+        }
+    }
+
+    /// One shard's chains and items; `(restored, expired)` items.
+    fn restore_shard(&self, id: usize, saved: &Saved, now: UnixSecs) -> Result<(u64, u64), String> {
+        let state = &saved.shard_states[id];
+        let mut guard = self.lock(id);
+        let sh = &mut *guard;
+        sh.flush_seq = state.flush_seq;
+        let is_own_head = |seg: u32| {
+            (seg as usize) < saved.segs.len()
+                && self.segs.owner_shard(seg) == Some(id)
+                && get32(&self.segs.meta(seg).head) == seg
+        };
+        for (g, chain) in state.chains.iter().enumerate() {
+            for &head in chain {
+                if !is_own_head(head) || get32(&self.segs.meta(head).group) as usize != g {
+                    return Err(format!(
+                        "shard {id}'s chains name segment {head}, not its own"
+                    ));
+                }
+                let bytes = self.segs.read(&sh.owner, head);
+                let written = get32(&self.segs.meta(head).write_off) as usize;
+                if crc32fast::hash(&bytes[..written]) != saved.crcs[head as usize] {
+                    return Err(format!(
+                        "segment {head}'s bytes do not match their checksum (the memory file \
+                         changed after the stop)"
+                    ));
+                }
+                sh.chains[g].push_back(head);
+            }
+            let active = state.active[g];
+            if active != NO_SEGMENT && !sh.chains[g].contains(&active) {
+                return Err(format!(
+                    "shard {id}'s active segment {active} is not in its chain"
+                ));
+            }
+            // Not appended to again: new writes open new segments, whose epochs are above every
+            // saved one, so every CAS handed out after the restart is above every one before.
+        }
+        let (mut items, mut expired) = (0, 0);
+        sh.index.reserve(state.live.len());
+        for &packed in &state.live {
+            if packed >> crate::segments::OFFSET_BITS == 0 {
+                return Err(format!("shard {id} lists an item at no segment"));
+            }
+            let loc = Loc::unpack(packed);
+            if !is_own_head(loc.seg) {
+                return Err(format!("shard {id} lists an item in segment {}", loc.seg));
+            }
+            let bytes = self.segs.read(&sh.owner, loc.seg);
+            let written = get32(&self.segs.meta(loc.seg).write_off) as usize;
+            let Some(hdr) = bytes[..written]
+                .get(loc.off as usize..)
+                .and_then(item::parse_checked)
+            else {
+                return Err(format!("no whole item at {}:{}", loc.seg, loc.off));
+            };
+            let item = &bytes[loc.off as usize..];
+            let (shard, key) = self.hash(hdr.key(item));
+            if shard != id {
+                return Err(format!(
+                    "the item at {}:{} is not shard {id}'s",
+                    loc.seg, loc.off
+                ));
+            }
+            if Expiry(hdr.expiry).is_expired_at(now) {
+                expired += 1;
+                continue;
+            }
+            self.link(sh, key.tag, loc, hdr, None);
+            items += 1;
+        }
+        // Segments whose items all expired meanwhile go back to the pool now.
+        let emptied: Vec<u32> = sh
+            .chains
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&head| get32(&self.segs.meta(head).live) == 0)
+            .collect();
+        for head in emptied {
+            self.drop_segment(sh, head);
+        }
+        self.release(sh, false);
+        self.publish_oldest(sh);
+        Ok((items, expired))
+    }
+}
+
+impl Saved {
+    /// Whether this metadata can describe `file_len` bytes laid out for `config`.
+    fn check(&self, config: &Config, file_len: u64) -> Result<(), String> {
+        let geometry = Geometry::of(config).map_err(|e| e.to_string())?;
+        let heap_bytes = (geometry.segments << geometry.segment_shift) as u64;
+        if self.heap_bytes != heap_bytes {
+            return Err(format!(
+                "the memory file holds a {} MiB heap, this start asks for {} MiB (-m)",
+                self.heap_bytes >> 20,
+                heap_bytes >> 20
+            ));
+        }
+        if self.segment_shift != geometry.segment_shift {
+            return Err(format!(
+                "the memory file has {}-byte segments, this start would use {}",
+                1u64 << self.segment_shift,
+                1u64 << geometry.segment_shift
+            ));
+        }
+        if self.max_item_size != config.max_item_size as u64 {
+            return Err(format!(
+                "the memory file was saved with an item size limit of {} bytes, this start asks \
+                 for {} (-I)",
+                self.max_item_size, config.max_item_size
+            ));
+        }
+        if self.cas_enabled != config.cas_enabled {
+            return Err("the memory file was saved with CAS set differently (-C)".into());
+        }
+        if self.segs.len() != geometry.segments {
+            return Err("the metadata's segment count does not match its heap".into());
+        }
+        if file_len != self.heap_bytes {
+            return Err(format!(
+                "the memory file is {file_len} bytes, its metadata says {} (truncated or replaced)",
+                self.heap_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::with_capacity(
+            256 + self.segs.len() * 48
+                + self
+                    .shard_states
+                    .iter()
+                    .map(|s| 8 * s.live.len() + 300)
+                    .sum::<usize>(),
+        ));
+        w.0.extend_from_slice(MAGIC);
+        w.u32(FORMAT_VERSION);
+        w.u64(self.heap_bytes);
+        w.u32(self.segment_shift);
+        w.u32(self.shards);
+        w.u64(self.max_item_size);
+        w.u32(self.cas_enabled as u32);
+        for seed in self.seeds {
+            w.u64(seed);
+        }
+        w.u64(self.fingerprint);
+        w.u32(self.stopped_at);
+        w.u64(self.epoch);
+        w.u64(self.flush_mark);
+        w.u64(self.segs.len() as u64);
+        for (seg, &crc) in self.segs.iter().zip(&self.crcs) {
+            for v in [
+                seg.owner,
+                seg.head,
+                seg.run_len,
+                seg.write_off,
+                seg.max_expiry,
+                seg.created,
+                seg.group,
+                crc,
+            ] {
+                w.u32(v);
+            }
+            w.u64(seg.epoch);
+            w.u64(seg.order);
+        }
+        for state in &self.shard_states {
+            w.u32(state.flush_seq);
+            for &active in &state.active {
+                w.u32(active);
+            }
+            for chain in &state.chains {
+                w.u64(chain.len() as u64);
+                for &seg in chain {
+                    w.u32(seg);
+                }
+            }
+            w.u64(state.live.len() as u64);
+            for &loc in &state.live {
+                w.u64(loc);
+            }
+        }
+        let crc = crc32fast::hash(&w.0);
+        w.u32(crc);
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Saved, String> {
+        let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
+            return Err("the metadata file is too short".into());
+        };
+        if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+            return Err("the metadata file fails its checksum (torn or corrupted)".into());
+        }
+        let mut r = Reader(body);
+        if r.take(MAGIC.len())? != MAGIC {
+            return Err("the metadata file is not tern's".into());
+        }
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "the memory file has format version {version}, this tern reads version \
+                 {FORMAT_VERSION}"
+            ));
+        }
+        let mut saved = Saved {
+            heap_bytes: r.u64()?,
+            segment_shift: r.u32()?,
+            shards: r.u32()?,
+            max_item_size: r.u64()?,
+            cas_enabled: r.u32()? != 0,
+            seeds: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            fingerprint: r.u64()?,
+            stopped_at: r.u32()?,
+            epoch: r.u64()?,
+            flush_mark: r.u64()?,
+            segs: Vec::new(),
+            crcs: Vec::new(),
+            shard_states: Vec::new(),
+        };
+        let count = r.count(48)?;
+        for _ in 0..count {
+            let mut v = [0u32; 8];
+            for x in &mut v {
+                *x = r.u32()?;
+            }
+            saved.segs.push(SavedSeg {
+                owner: v[0],
+                head: v[1],
+                run_len: v[2],
+                write_off: v[3],
+                max_expiry: v[4],
+                created: v[5],
+                group: v[6],
+                epoch: r.u64()?,
+                order: r.u64()?,
+            });
+            saved.crcs.push(v[7]);
+        }
+        if !saved.shards.is_power_of_two() || saved.shards > 1 << 16 {
+            return Err(format!("the metadata names {} shards", saved.shards));
+        }
+        for _ in 0..saved.shards {
+            let mut state = SavedShard {
+                flush_seq: r.u32()?,
+                ..SavedShard::default()
+            };
+            for _ in 0..GROUPS {
+                state.active.push(r.u32()?);
+            }
+            for _ in 0..GROUPS {
+                let len = r.count(4)?;
+                state
+                    .chains
+                    .push((0..len).map(|_| r.u32()).collect::<Result<_, _>>()?);
+            }
+            let live = r.count(8)?;
+            state.live = (0..live).map(|_| r.u64()).collect::<Result<_, _>>()?;
+            saved.shard_states.push(state);
+        }
+        if !r.0.is_empty() {
+            return Err("the metadata file has bytes past its end".into());
+        }
+        Ok(saved)
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        if self.0.len() < n {
+            return Err("the metadata file ends early".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// A count of records of `size` bytes each, no more than the bytes left can hold.
+    fn count(&mut self, size: usize) -> Result<usize, String> {
+        let n = self.u64()?;
+        if n > (self.0.len() / size) as u64 {
+            return Err("the metadata file ends early".into());
+        }
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::{Miss, StoreOp, StoreOutcome};
+
+    const T0: UnixSecs = 1_700_000_000;
+
+    /// A memory file path of its own, removed when dropped.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str) -> TempFile {
+            let path = std::env::temp_dir().join(format!(
+                "tern-persist-{name}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_file(&path);
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn config() -> Config {
+        Config {
+            heap_bytes: 8 << 20,
+            shards: 4,
+            ..Config::default()
+        }
+    }
+
+    fn open(
+        file: &TempFile,
+        config: Config,
+        now: UnixSecs,
+        saved: Option<&[u8]>,
+    ) -> (Store, Opened) {
+        Store::open_file(config, Arc::new(Clock::manual(now)), &file.0, saved).unwrap()
+    }
+
+    /// Value, flags, CAS and deadline of `key`.
+    fn read(s: &Store, key: &[u8]) -> Result<(Vec<u8>, u32, u64, Option<UnixSecs>), Miss> {
+        s.get(key, |i| {
+            (i.value.to_vec(), i.flags, i.cas, i.expiry.deadline())
+        })
+    }
+
+    fn set(s: &Store, key: &[u8], flags: u32, expiry: Expiry, value: &[u8]) {
+        let outcome = s.store(StoreOp::Set, key, flags, expiry, value);
+        assert!(
+            matches!(outcome, StoreOutcome::Stored { .. }),
+            "{outcome:?}"
+        );
+    }
+
+    fn value_of(i: usize) -> Vec<u8> {
+        (0..(i * 7) % 300).map(|b| (b * 31 + i) as u8).collect()
+    }
+
+    #[test]
+    fn a_clean_stop_restores_every_live_item_byte_for_byte() {
+        let file = TempFile::new("roundtrip");
+        let (s, opened) = open(&file, config(), T0, None);
+        assert_eq!(
+            opened,
+            Opened::Empty("no metadata from a clean stop".into())
+        );
+        for i in 0..20_000 {
+            let expiry = if i % 3 == 0 {
+                Expiry(T0 + 1000 + i as u32)
+            } else {
+                Expiry::NEVER
+            };
+            set(
+                &s,
+                format!("key:{i}").as_bytes(),
+                i as u32,
+                expiry,
+                &value_of(i),
+            );
+        }
+        // A large item (a run of segments), a deleted one, an overwritten one, a touched one.
+        let large: Vec<u8> = (0..700_000u32).map(|b| (b % 251) as u8).collect();
+        set(&s, b"large", 9, Expiry::NEVER, &large);
+        assert!(s.delete(b"key:5"));
+        set(&s, b"key:6", 66, Expiry::NEVER, b"new");
+        assert!(s.touch(b"key:7", Expiry(T0 + 50)));
+        let mut before = Vec::new();
+        for i in 0..20_000 {
+            before.push(read(&s, format!("key:{i}").as_bytes()));
+        }
+        let large_before = read(&s, b"large").unwrap();
+        let items = s.stats().curr_items;
+        s.sync_file().unwrap();
+        let meta = s.snapshot_meta();
+        drop(s);
+
+        let (s, opened) = open(&file, config(), T0 + 1, Some(&meta));
+        let Opened::Restored(restored) = opened else {
+            panic!("not restored: {opened:?}");
+        };
+        assert_eq!((restored.items, restored.expired), (items, 0));
+        assert_eq!(restored.stopped_at, T0);
+        assert_eq!(s.stats().curr_items, items);
+        for (i, was) in before.iter().enumerate() {
+            assert_eq!(&read(&s, format!("key:{i}").as_bytes()), was, "key:{i}");
+        }
+        assert_eq!(read(&s, b"key:5"), Err(Miss::NotFound));
+        assert_eq!(read(&s, b"key:6").unwrap().0, b"new");
+        assert_eq!(read(&s, b"large").unwrap(), large_before);
+        // The restored store goes on working: overwrite, delete, fill.
+        set(&s, b"key:1", 0, Expiry::NEVER, b"again");
+        assert_eq!(read(&s, b"key:1").unwrap().0, b"again");
+        assert!(s.delete(b"key:2"));
+    }
+
+    #[test]
+    fn deadlines_are_wall_clock_across_the_downtime() {
+        let file = TempFile::new("ttl");
+        let (s, _) = open(&file, config(), T0, None);
+        set(&s, b"short", 0, Expiry::from_exptime(5, T0), b"a");
+        set(&s, b"long", 0, Expiry::from_exptime(100, T0), b"b");
+        set(&s, b"never", 0, Expiry::NEVER, b"c");
+        let meta = s.snapshot_meta();
+        drop(s);
+        // Ten seconds down: the 5 s item is gone, the 100 s one has 90 s left.
+        let (s, opened) = open(&file, config(), T0 + 10, Some(&meta));
+        let Opened::Restored(restored) = opened else {
+            panic!("not restored: {opened:?}");
+        };
+        assert_eq!((restored.items, restored.expired), (2, 1));
+        assert_eq!(read(&s, b"short"), Err(Miss::NotFound));
+        let deadline = read(&s, b"long").unwrap().3.unwrap();
+        assert_eq!(Expiry(deadline).remaining(s.clock().now()), Some(90));
+        assert_eq!(read(&s, b"never").unwrap().3, None);
+        s.clock().advance(90);
+        assert_eq!(read(&s, b"long"), Err(Miss::Expired));
+    }
+
+    #[test]
+    fn no_cas_unique_is_handed_out_twice_across_restarts() {
+        let file = TempFile::new("cas");
+        let (mut s, _) = open(&file, config(), T0, None);
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..3 {
+            for i in 0..2_000 {
+                let key = format!("r{round}:{i}");
+                set(&s, key.as_bytes(), 0, Expiry::NEVER, b"v");
+                let cas = read(&s, key.as_bytes()).unwrap().2;
+                assert!(seen.insert(cas), "CAS {cas} reused in round {round}");
+            }
+            // Every earlier key still has its own CAS, and it was handed out before.
+            let meta = s.snapshot_meta();
+            drop(s);
+            let (next, opened) = open(&file, config(), T0, Some(&meta));
+            assert!(matches!(opened, Opened::Restored(_)), "{opened:?}");
+            let max_before = *seen.iter().max().unwrap();
+            set(&next, b"fresh", 0, Expiry::NEVER, b"v");
+            let fresh = read(&next, b"fresh").unwrap().2;
+            assert!(fresh > max_before, "{fresh} after {max_before}");
+            seen.insert(fresh);
+            s = next;
+        }
+    }
+
+    fn refused(file: &TempFile, config: Config, meta: &[u8]) -> String {
+        match open(file, config, T0, Some(meta)).1 {
+            Opened::Empty(why) => why,
+            Opened::Restored(r) => panic!("restored {r:?}"),
+        }
+    }
+
+    /// A store with a few items, stopped cleanly: its metadata.
+    fn saved(file: &TempFile) -> Vec<u8> {
+        let (s, _) = open(file, config(), T0, None);
+        for i in 0..1_000 {
+            set(
+                &s,
+                format!("k{i}").as_bytes(),
+                0,
+                Expiry::NEVER,
+                &value_of(i),
+            );
+        }
+        s.snapshot_meta()
+    }
+
+    #[test]
+    fn other_settings_start_empty_and_say_why() {
+        let file = TempFile::new("mismatch");
+        let meta = saved(&file);
+        let bigger = Config {
+            heap_bytes: 16 << 20,
+            ..config()
+        };
+        assert!(refused(&file, bigger, &meta).contains("(-m)"));
+        let meta = saved(&file);
+        let items = Config {
+            max_item_size: 2 << 20,
+            ..config()
+        };
+        assert!(refused(&file, items, &meta).contains("(-I)"));
+        let meta = saved(&file);
+        let no_cas = Config {
+            cas_enabled: false,
+            ..config()
+        };
+        assert!(refused(&file, no_cas, &meta).contains("(-C)"));
+        // Another shard count (another -t) is fine: the saved layout is kept.
+        let meta = saved(&file);
+        let (s, opened) = open(
+            &file,
+            Config {
+                shards: 64,
+                ..config()
+            },
+            T0,
+            Some(&meta),
+        );
+        assert!(matches!(
+            opened,
+            Opened::Restored(Restored { shards: 4, .. })
+        ));
+        assert_eq!(read(&s, b"k10").unwrap().0, value_of(10));
+    }
+
+    /// Metadata whose checksum holds but whose content does not (a bug, or a forgery) is
+    /// refused by the checks behind the checksum, never followed out of bounds.
+    #[test]
+    fn metadata_that_checks_out_but_lies_is_refused() {
+        let file = TempFile::new("lies");
+        let resealed = |mut meta: Vec<u8>, at: usize, value: u64| {
+            meta.truncate(meta.len() - 4);
+            meta[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            let crc = crc32fast::hash(&meta);
+            meta.extend_from_slice(&crc.to_le_bytes());
+            meta
+        };
+        let meta = saved(&file);
+        // The last field before the checksum is the last shard's last live item's location.
+        let last_loc = meta.len() - 12;
+        let real = u64::from_le_bytes(meta[last_loc..last_loc + 8].try_into().unwrap());
+        for lie in [
+            0,
+            u64::MAX,
+            real + 1,
+            real ^ (1 << 20),
+            (1 << 20) | 0xf_ffff,
+        ] {
+            let why = refused(&file, config(), &resealed(saved(&file), last_loc, lie));
+            assert!(!why.contains("checksum"), "{lie:#x}: {why}");
+        }
+        // Segment 0's write offset (with its max expiry) past its end: the segment records
+        // start after 108 bytes of header (see `encode`), the write offset 12 bytes in.
+        let why = refused(&file, config(), &resealed(saved(&file), 108 + 12, u64::MAX));
+        assert!(why.contains("inconsistent"), "{why}");
+    }
+
+    #[test]
+    fn a_torn_or_corrupted_file_is_refused_and_the_store_starts_empty() {
+        let file = TempFile::new("corrupt");
+        // The memory file truncated.
+        let meta = saved(&file);
+        let f = OpenOptions::new().write(true).open(&file.0).unwrap();
+        f.set_len(4 << 20).unwrap();
+        let why = refused(&file, config(), &meta);
+        assert!(why.contains("truncated"), "{why}");
+        // A byte of an item changed.
+        let meta = saved(&file);
+        let mut bytes = std::fs::read(&file.0).unwrap();
+        let at = bytes.iter().position(|&b| b != 0).unwrap() + 20;
+        bytes[at] ^= 0x40;
+        std::fs::write(&file.0, &bytes).unwrap();
+        let (s, opened) = open(&file, config(), T0, Some(&meta));
+        assert!(
+            matches!(&opened, Opened::Empty(why) if why.contains("checksum")),
+            "{opened:?}"
+        );
+        assert_eq!(s.stats().curr_items, 0);
+        assert_eq!(read(&s, b"k1"), Err(Miss::NotFound));
+        set(&s, b"k1", 0, Expiry::NEVER, b"works");
+        assert_eq!(read(&s, b"k1").unwrap().0, b"works");
+        drop(s);
+        // The metadata torn, or flipped anywhere.
+        let meta = saved(&file);
+        let why = refused(&file, config(), &meta[..meta.len() / 2]);
+        assert!(why.contains("checksum"), "{why}");
+        for at in [0, 9, meta.len() / 2, meta.len() - 1] {
+            let meta = saved(&file);
+            let mut bad = meta.clone();
+            bad[at] ^= 1;
+            let why = refused(&file, config(), &bad);
+            assert!(why.contains("checksum"), "{why}");
+        }
+        assert!(refused(&file, config(), b"").contains("too short"));
+    }
+}
