@@ -1,6 +1,8 @@
 //! One client connection: a read buffer parsed in place (many requests per read, a request split
 //! at any byte waits for the rest, a large value grows the buffer once to its exact size), and a
-//! write buffer that collects every reply of a wake-up so they leave in one write.
+//! write buffer that collects every reply of a wake-up so they leave in one write. Both are
+//! borrowed from the worker's [`BufferPool`] for a turn and kept only while a partial request
+//! or an unsent reply needs them: an idle connection holds neither.
 
 use std::io::{self, Read, Write};
 
@@ -8,18 +10,15 @@ use std::time::Instant;
 
 use tern_store::DumpCursor;
 
+use crate::buffers::BufferPool;
 use crate::config;
 use crate::framing::{After, Replies};
 use crate::net::Stream;
 use crate::ops::Ops;
 use crate::{binary, text};
 
-/// Read buffer size for a new connection, and the size it returns to after a large value.
-const READ_BUFFER: usize = 16 * 1024;
 /// Read into the buffer only when at least this much room is free at its end (else compact).
 const MIN_READ_ROOM: usize = 4 * 1024;
-/// Buffers grown past this are given back once empty, so idle connections stay small.
-const BUFFER_KEEP: usize = 64 * 1024;
 /// A metadump adds steps while fewer unsent bytes than this wait, at most this many per turn.
 const METADUMP_BUFFER: usize = 256 * 1024;
 const METADUMP_STEPS_PER_TURN: usize = 8;
@@ -40,6 +39,7 @@ pub enum Drive {
 
 pub struct Conn {
     pub stream: Stream,
+    /// Empty while borrowed from no pool (nothing unparsed).
     rbuf: Box<[u8]>,
     /// Unparsed bytes are `rbuf[rstart..rend]`.
     rstart: usize,
@@ -50,8 +50,11 @@ pub struct Conn {
     need_exact: bool,
     /// Data bytes still to skip after a value refused as too large.
     swallow: usize,
+    /// No capacity while borrowed from no pool (nothing unsent).
     wbuf: Vec<u8>,
     wsent: usize,
+    /// `wbuf`'s capacity as the pool last counted it.
+    wbuf_counted: usize,
     close_after_write: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
@@ -107,14 +110,15 @@ impl Conn {
     pub fn new(stream: Stream) -> Conn {
         Conn {
             stream,
-            rbuf: vec![0; READ_BUFFER].into_boxed_slice(),
+            rbuf: Box::default(),
             rstart: 0,
             rend: 0,
             need: 0,
             need_exact: false,
             swallow: 0,
-            wbuf: Vec::with_capacity(READ_BUFFER),
+            wbuf: Vec::new(),
             wsent: 0,
+            wbuf_counted: 0,
             close_after_write: false,
             peer_closed: false,
             queued: false,
@@ -150,8 +154,53 @@ impl Conn {
         self.close_after_write = true;
     }
 
-    /// Reads what the socket has, serves up to `-R` requests, and writes the replies.
-    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits) -> Drive {
+    /// Reads what the socket has, serves up to `-R` requests, and writes the replies; then
+    /// gives back the buffers that hold nothing pending.
+    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
+        let drive = self.turn(ops, limits, pool);
+        self.release_buffers(pool);
+        drive
+    }
+
+    /// Gives both buffers back whatever they hold, as the connection closes.
+    pub fn close_buffers(&mut self, pool: &mut BufferPool) {
+        self.rstart = self.rend;
+        self.wsent = self.wbuf.len();
+        self.release_buffers(pool);
+    }
+
+    /// Returns the read buffer when no byte in it waits to be parsed and the write buffer when
+    /// no reply waits to be sent; one kept for a later turn is re-counted if it grew.
+    #[inline]
+    fn release_buffers(&mut self, pool: &mut BufferPool) {
+        if self.rstart == self.rend && !self.rbuf.is_empty() {
+            self.rstart = 0;
+            self.rend = 0;
+            pool.put_read(std::mem::take(&mut self.rbuf));
+        }
+        let capacity = self.wbuf.capacity();
+        if capacity != self.wbuf_counted {
+            pool.write_grew(self.wbuf_counted, capacity);
+            self.wbuf_counted = capacity;
+        }
+        if self.wsent == self.wbuf.len() && capacity != 0 {
+            self.wbuf.clear();
+            self.wsent = 0;
+            pool.put_write(std::mem::take(&mut self.wbuf), capacity);
+            self.wbuf_counted = 0;
+        }
+    }
+
+    /// Borrows a write buffer unless the connection holds one.
+    #[inline]
+    fn ensure_wbuf(&mut self, pool: &mut BufferPool) {
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = pool.take_write();
+            self.wbuf_counted = self.wbuf.capacity();
+        }
+    }
+
+    fn turn(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
         // Replies left from an earlier turn go first. Usually there are none (every turn's
         // replies leave with its flush), and then the call is skipped: it costs an unpipelined
         // request ~30 instructions.
@@ -170,11 +219,12 @@ impl Conn {
             return Drive::Open { again: false };
         }
         if let Some(cursor) = self.metadump {
+            self.ensure_wbuf(pool);
             return self.continue_metadump(ops, cursor);
         }
         if self.watch_id.is_some() {
             // A watcher sends nothing more that matters; its end closes the connection.
-            return match self.fill(ops) {
+            return match self.fill(ops, pool) {
                 Ok(_) if !self.peer_closed => {
                     self.rstart = self.rend;
                     Drive::Open { again: false }
@@ -184,7 +234,7 @@ impl Conn {
         }
         let mut buffer_full = false;
         if !self.peer_closed {
-            match self.fill(ops) {
+            match self.fill(ops, pool) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,
             }
@@ -192,6 +242,7 @@ impl Conn {
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
         let started = (self.rstart < self.rend).then(Instant::now);
+        self.ensure_wbuf(pool);
         let served = self.serve(ops, limits);
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
@@ -246,9 +297,12 @@ impl Conn {
     }
 
     /// Reads until the socket is drained or the buffer is full; true when it stopped full.
-    fn fill(&mut self, ops: &Ops<'_>) -> io::Result<bool> {
+    fn fill(&mut self, ops: &Ops<'_>, pool: &mut BufferPool) -> io::Result<bool> {
+        if self.rbuf.is_empty() {
+            self.rbuf = pool.take_read();
+        }
         loop {
-            self.make_room();
+            self.make_room(pool);
             if self.rend == self.rbuf.len() {
                 return Ok(true);
             }
@@ -276,16 +330,13 @@ impl Conn {
     }
 
     /// Makes room at the end of the read buffer: compacts unparsed bytes to the front, grows the
-    /// buffer only when the pending request needs more than it holds (`need`), shrinks it back
-    /// once empty. With no room left and no need to grow, the buffer stays full: serving
-    /// requests frees it.
-    fn make_room(&mut self) {
+    /// buffer only when the pending request needs more than it holds (`need`). With no room
+    /// left and no need to grow, the buffer stays full: serving requests frees it. (A grown
+    /// buffer goes back to the pool, which frees it, once it holds nothing pending.)
+    fn make_room(&mut self, pool: &mut BufferPool) {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
-            if self.rbuf.len() > BUFFER_KEEP && self.need <= READ_BUFFER {
-                self.rbuf = vec![0; READ_BUFFER].into_boxed_slice();
-            }
         }
         let len = self.rbuf.len();
         if len - self.rend >= MIN_READ_ROOM && len - self.rstart >= self.need {
@@ -299,9 +350,9 @@ impl Conn {
             } else {
                 self.need.max(len * 2)
             };
-            let mut grown = vec![0; size].into_boxed_slice();
+            let mut grown = pool.alloc_read(size);
             grown[..pending].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
-            self.rbuf = grown;
+            pool.put_read(std::mem::replace(&mut self.rbuf, grown));
         } else if self.rstart > 0 {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
         } else {
@@ -390,9 +441,6 @@ impl Conn {
         }
         self.wbuf.clear();
         self.wsent = 0;
-        if self.wbuf.capacity() > BUFFER_KEEP {
-            self.wbuf = Vec::with_capacity(READ_BUFFER);
-        }
         Ok(())
     }
 }
@@ -405,6 +453,7 @@ mod tests {
     use tern_store::{Clock, Config, Store};
 
     use super::*;
+    use crate::buffers::BUFFER;
     use crate::config::Settings;
     use crate::shared::Shared;
 
@@ -422,13 +471,19 @@ mod tests {
     }
 
     /// Drives until the connection has nothing left to do with what it was sent.
-    fn drive_all(conn: &mut Conn, ops: &Ops<'_>, limits: &Limits) -> Drive {
+    fn drive_all(conn: &mut Conn, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
         loop {
-            match conn.drive(ops, limits) {
+            match conn.drive(ops, limits, pool) {
                 Drive::Open { again: true } => continue,
                 other => return other,
             }
         }
+    }
+
+    fn pool_figures(pool: &BufferPool) -> tern_admin::ConnBuffers {
+        let metrics = tern_admin::WorkerMetrics::new();
+        pool.publish(&metrics);
+        metrics.snapshot().conn_buffers
     }
 
     const LIMITS: Limits = Limits {
@@ -441,6 +496,7 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let size = 1 << 20;
         let header = format!("set big 0 0 {size}\r\n");
         let exact = header.len() + size + 2;
@@ -451,21 +507,32 @@ mod tests {
         for chunk in request.chunks(10_000) {
             client.write_all(chunk).unwrap();
             assert_eq!(
-                drive_all(&mut conn, &ops, &LIMITS),
+                drive_all(&mut conn, &ops, &LIMITS, &mut pool),
                 Drive::Open { again: false }
             );
             if sizes.last() != Some(&conn.rbuf.len()) {
                 sizes.push(conn.rbuf.len());
             }
         }
-        // 16 KiB, then the exact size once (no doubling, no step-by-step growth), then back.
-        assert_eq!(sizes[..2], [READ_BUFFER, exact]);
+        // 16 KiB, then the exact size once (no doubling, no step-by-step growth), then none.
+        assert_eq!(sizes, [BUFFER, exact, 0]);
         let mut reply = [0u8; 8];
         client.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b"STORED\r\n");
         client.write_all(b"get nothing\r\n").unwrap();
-        drive_all(&mut conn, &ops, &LIMITS);
-        assert_eq!(conn.rbuf.len(), READ_BUFFER, "the big buffer is given back");
+        drive_all(&mut conn, &ops, &LIMITS, &mut pool);
+        assert!(conn.rbuf.is_empty(), "the buffer is given back");
+        assert!(conn.wbuf.capacity() == 0, "so is the write buffer");
+        let mut stats = pool_figures(&pool);
+        assert_eq!(
+            stats.read_buf_bytes, BUFFER as u64,
+            "the large one is freed"
+        );
+        assert_eq!(stats.read_buf_bytes_free, BUFFER as u64);
+        assert_eq!(stats.response_obj_bytes, 0);
+        conn.close_buffers(&mut pool);
+        stats = pool_figures(&pool);
+        assert_eq!(stats.read_buf_count, 1);
     }
 
     #[test]
@@ -473,19 +540,20 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let size = (1 << 20) + 1;
         client
             .write_all(format!("set big 0 0 {size}\r\n").as_bytes())
             .unwrap();
-        conn.drive(&ops, &LIMITS);
+        conn.drive(&ops, &LIMITS, &mut pool);
         let data = vec![b'v'; size];
         for chunk in data.chunks(50_000) {
             client.write_all(chunk).unwrap();
-            drive_all(&mut conn, &ops, &LIMITS);
-            assert_eq!(conn.rbuf.len(), READ_BUFFER);
+            drive_all(&mut conn, &ops, &LIMITS, &mut pool);
+            assert!(conn.rbuf.len() <= BUFFER);
         }
         client.write_all(b"\r\nget big\r\n").unwrap();
-        drive_all(&mut conn, &ops, &LIMITS);
+        drive_all(&mut conn, &ops, &LIMITS, &mut pool);
         let want = b"SERVER_ERROR object too large for cache\r\nEND\r\n";
         let mut reply = vec![0u8; want.len()];
         client.read_exact(&mut reply).unwrap();
@@ -498,14 +566,24 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let limits = Limits {
             max_reqs_per_event: 3,
             ..LIMITS
         };
         client.write_all(&b"version\r\n".repeat(7)).unwrap();
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: false });
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: true }
+        );
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: true }
+        );
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: false }
+        );
         let one = crate::ops::VERSION_REPLY.len();
         let mut replies = vec![0u8; 7 * one];
         client.read_exact(&mut replies).unwrap();

@@ -14,6 +14,7 @@
 //! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads.
 
 mod binary;
+mod buffers;
 mod config;
 mod conn;
 mod conn_table;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
+use crate::buffers::BufferPool;
 use crate::conn::{Conn, Drive, Limits};
 use crate::conn_table::ConnEntry;
 use crate::net::{Listener, Stream};
@@ -52,6 +53,8 @@ pub struct Worker {
     waiting: VecDeque<Stream>,
     /// The server second of the last idle-connection check.
     idle_checked: u32,
+    /// Read and write buffers lent to connections for their turns.
+    buffers: BufferPool,
 }
 
 impl Worker {
@@ -96,6 +99,7 @@ impl Worker {
             accept_paused: false,
             waiting: VecDeque::new(),
             idle_checked: 0,
+            buffers: BufferPool::default(),
         })
     }
 
@@ -125,6 +129,8 @@ impl Worker {
                 // Idle: sleep until something happens; no timer wakes an idle worker.
                 None
             };
+            // Once per wake-up, cheaper than per request, and exact while the worker sleeps.
+            self.buffers.publish(&self.shared.workers[self.id].metrics);
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(worker = self.id, "poll failed: {e}");
@@ -323,7 +329,7 @@ impl Worker {
         let (fd, last_cmd) = &self.activity[idx];
         ops.worker.serving_fd.store(*fd, Ordering::Relaxed);
         last_cmd.store(self.shared.store.clock().now(), Ordering::Relaxed);
-        match conn.drive(&ops, &self.limits) {
+        match conn.drive(&ops, &self.limits, &mut self.buffers) {
             Drive::Close => self.close(idx),
             Drive::Open { again } => {
                 if again && !conn.queued {
@@ -358,6 +364,7 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            conn.close_buffers(&mut self.buffers);
             if let Some(id) = conn.watch_id() {
                 self.shared.watchers.remove(id);
             }
