@@ -398,6 +398,13 @@ impl Conn {
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
         };
         self.rstart += progress.consumed;
+        if let Some(resume) = progress.resume {
+            // The get goes on from its next key: its command moves up to that key.
+            let line = self.rstart;
+            let start = line + resume.next_key - resume.prefix;
+            self.rbuf.copy_within(line..line + resume.prefix, start);
+            self.rstart = start;
+        }
         self.swallow = progress.swallow;
         self.need = progress.need;
         self.need_exact = progress.need_exact;
