@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tern_store::DumpCursor;
 
-use crate::buffers::BufferPool;
+use crate::buffers::{BufferPool, BUFFER};
 use crate::config;
 use crate::framing::{After, Replies};
 use crate::net::Stream;
@@ -53,8 +53,8 @@ pub struct Conn {
     /// No capacity while borrowed from no pool (nothing unsent).
     wbuf: Vec<u8>,
     wsent: usize,
-    /// `wbuf`'s capacity as the pool last counted it.
-    wbuf_counted: usize,
+    /// `wbuf`'s capacity past the standard size as the pool last counted it.
+    wbuf_extra: usize,
     close_after_write: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
@@ -118,7 +118,7 @@ impl Conn {
             swallow: 0,
             wbuf: Vec::new(),
             wsent: 0,
-            wbuf_counted: 0,
+            wbuf_extra: 0,
             close_after_write: false,
             peer_closed: false,
             queued: false,
@@ -171,23 +171,25 @@ impl Conn {
 
     /// Returns the read buffer when no byte in it waits to be parsed and the write buffer when
     /// no reply waits to be sent; one kept for a later turn is re-counted if it grew.
-    #[inline]
+    // Inlined: a call of its own cost an unpipelined request ~12 instructions (callgrind).
+    #[inline(always)]
     fn release_buffers(&mut self, pool: &mut BufferPool) {
         if self.rstart == self.rend && !self.rbuf.is_empty() {
             self.rstart = 0;
             self.rend = 0;
             pool.put_read(std::mem::take(&mut self.rbuf));
         }
-        let capacity = self.wbuf.capacity();
-        if capacity != self.wbuf_counted {
-            pool.write_grew(self.wbuf_counted, capacity);
-            self.wbuf_counted = capacity;
-        }
-        if self.wsent == self.wbuf.len() && capacity != 0 {
-            self.wbuf.clear();
-            self.wsent = 0;
-            pool.put_write(std::mem::take(&mut self.wbuf), capacity);
-            self.wbuf_counted = 0;
+        if self.wsent == self.wbuf.len() {
+            if self.wbuf.capacity() != 0 {
+                self.wbuf.clear();
+                self.wsent = 0;
+                pool.put_write(std::mem::take(&mut self.wbuf), self.wbuf_extra);
+                self.wbuf_extra = 0;
+            }
+        } else if self.wbuf.capacity() - BUFFER != self.wbuf_extra {
+            let extra = self.wbuf.capacity() - BUFFER;
+            pool.write_grew(self.wbuf_extra, extra);
+            self.wbuf_extra = extra;
         }
     }
 
@@ -196,7 +198,6 @@ impl Conn {
     fn ensure_wbuf(&mut self, pool: &mut BufferPool) {
         if self.wbuf.capacity() == 0 {
             self.wbuf = pool.take_write();
-            self.wbuf_counted = self.wbuf.capacity();
         }
     }
 
@@ -460,7 +461,6 @@ mod tests {
     use tern_store::{Clock, Config, Store};
 
     use super::*;
-    use crate::buffers::BUFFER;
     use crate::config::Settings;
     use crate::shared::Shared;
 
@@ -487,9 +487,11 @@ mod tests {
         }
     }
 
-    fn pool_figures(pool: &BufferPool) -> tern_admin::ConnBuffers {
-        let metrics = tern_admin::WorkerMetrics::new();
-        pool.publish(&metrics);
+    fn pool_figures(
+        pool: &mut BufferPool,
+        metrics: &tern_admin::WorkerMetrics,
+    ) -> tern_admin::ConnBuffers {
+        pool.publish(metrics);
         metrics.snapshot().conn_buffers
     }
 
@@ -530,16 +532,21 @@ mod tests {
         drive_all(&mut conn, &ops, &LIMITS, &mut pool);
         assert!(conn.rbuf.is_empty(), "the buffer is given back");
         assert!(conn.wbuf.capacity() == 0, "so is the write buffer");
-        let mut stats = pool_figures(&pool);
+        let metrics = tern_admin::WorkerMetrics::new();
+        let mut stats = pool_figures(&mut pool, &metrics);
         assert_eq!(
             stats.read_buf_bytes, BUFFER as u64,
             "the large one is freed"
         );
         assert_eq!(stats.read_buf_bytes_free, BUFFER as u64);
-        assert_eq!(stats.response_obj_bytes, 0);
+        assert_eq!(
+            stats.response_obj_bytes, BUFFER as u64,
+            "the write buffer is pooled"
+        );
         conn.close_buffers(&mut pool);
-        stats = pool_figures(&pool);
+        stats = pool_figures(&mut pool, &metrics);
         assert_eq!(stats.read_buf_count, 1);
+        assert_eq!(stats.read_buf_bytes_free, BUFFER as u64);
     }
 
     #[test]

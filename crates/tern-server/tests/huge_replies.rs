@@ -167,3 +167,49 @@ fn a_one_gib_reply_streams_in_every_protocol() {
     assert_eq!(&end, b"MN\r\n");
     watch.report(what);
 }
+
+/// A get resumed between its keys answers what one built whole would: `gat`'s and `gets`'
+/// fields on every value, a single `END`, and memcached's error (no values) for a too-long key
+/// after enough values to back up the replies.
+#[test]
+fn a_streamed_get_answers_as_one_built_whole() {
+    let server = ServerProcess::tern(&["-m", "64", "-I", "1m"]);
+    let mut conn = server.connect();
+    let big = 600 * 1024;
+    for i in 0..4 {
+        conn.send(format!("set s{i} {i} 0 {big}\r\n").as_bytes());
+        conn.send(&vec![b'a' + i as u8; big]);
+        conn.expect(b"\r\n", b"STORED\r\n");
+    }
+    let keys = "s0 s1 s2 s3";
+    for (request, with_cas) in [
+        (format!("gat 0 {keys}\r\n"), false),
+        (format!("gets {keys}\r\n"), true),
+    ] {
+        conn.send(request.as_bytes());
+        let mut reader = BufReader::new(conn.stream.try_clone().unwrap());
+        for i in 0..4 {
+            let mut header = String::new();
+            reader.read_line(&mut header).unwrap();
+            let want = format!("VALUE s{i} {i} {big}");
+            assert!(header.starts_with(&want), "{request}: {header}");
+            assert_eq!(header.split(' ').count(), if with_cas { 5 } else { 4 });
+            let mut data = vec![0; big + 2];
+            reader.read_exact(&mut data).unwrap();
+            assert!(
+                data[..big].iter().all(|&b| b == b'a' + i as u8),
+                "{request}"
+            );
+        }
+        let mut end = String::new();
+        reader.read_line(&mut end).unwrap();
+        assert_eq!(end, "END\r\n", "{request}");
+        assert!(reader.buffer().is_empty(), "{request}: nothing after END");
+    }
+    let too_long = "x".repeat(251);
+    conn.expect(
+        format!("get {keys} {too_long}\r\n").as_bytes(),
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    conn.expect(b"get s9\r\n", b"END\r\n");
+}
