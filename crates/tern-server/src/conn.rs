@@ -1,8 +1,9 @@
 //! One client connection: a read buffer parsed in place (many requests per read, a request split
 //! at any byte waits for the rest, a large value grows the buffer once to its exact size), and a
 //! write buffer that collects every reply of a wake-up so they leave in one write. Both are
-//! borrowed from the worker's [`BufferPool`] for a turn and kept only while a partial request
-//! or an unsent reply needs them: an idle connection holds neither.
+//! borrowed from the worker's [`BufferPool`] and given back once no partial request or unsent
+//! reply needs them, when the worker sweeps its recently served connections (`worker.rs`): an
+//! idle connection holds neither.
 
 use std::io::{self, Read, Write};
 
@@ -59,6 +60,8 @@ pub struct Conn {
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
+    /// In the worker's list of connections that may hold buffers to give back.
+    pub listed: bool,
     /// Registered for writable events too (only while replies wait for the client to read).
     pub watching_writes: bool,
     /// The peer shut down its side (epoll's RDHUP): read until end of stream.
@@ -122,6 +125,7 @@ impl Conn {
             close_after_write: false,
             peer_closed: false,
             queued: false,
+            listed: false,
             watching_writes: false,
             hangup: false,
             protocol: Protocol::Unknown,
@@ -154,12 +158,9 @@ impl Conn {
         self.close_after_write = true;
     }
 
-    /// Reads what the socket has, serves up to `-R` requests, and writes the replies; then
-    /// gives back the buffers that hold nothing pending.
-    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
-        let drive = self.turn(ops, limits, pool);
-        self.release_buffers(pool);
-        drive
+    /// Holds a buffer (pending bytes or not).
+    pub fn holds_buffers(&self) -> bool {
+        !self.rbuf.is_empty() || self.wbuf.capacity() != 0
     }
 
     /// Gives both buffers back whatever they hold, as the connection closes.
@@ -171,9 +172,7 @@ impl Conn {
 
     /// Returns the read buffer when no byte in it waits to be parsed and the write buffer when
     /// no reply waits to be sent; one kept for a later turn is re-counted if it grew.
-    // Inlined: a call of its own cost an unpipelined request ~12 instructions (callgrind).
-    #[inline(always)]
-    fn release_buffers(&mut self, pool: &mut BufferPool) {
+    pub fn release_buffers(&mut self, pool: &mut BufferPool) {
         if self.rstart == self.rend && !self.rbuf.is_empty() {
             self.rstart = 0;
             self.rend = 0;
@@ -201,7 +200,9 @@ impl Conn {
         }
     }
 
-    fn turn(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
+    /// Reads what the socket has, serves up to `-R` requests, and writes the replies,
+    /// borrowing buffers from `pool` where it holds none.
+    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
         // Replies left from an earlier turn go first. Usually there are none (every turn's
         // replies leave with its flush), and then the call is skipped: it costs an unpipelined
         // request ~30 instructions.
@@ -519,6 +520,7 @@ mod tests {
                 drive_all(&mut conn, &ops, &LIMITS, &mut pool),
                 Drive::Open { again: false }
             );
+            conn.release_buffers(&mut pool);
             if sizes.last() != Some(&conn.rbuf.len()) {
                 sizes.push(conn.rbuf.len());
             }
@@ -530,6 +532,7 @@ mod tests {
         assert_eq!(&reply, b"STORED\r\n");
         client.write_all(b"get nothing\r\n").unwrap();
         drive_all(&mut conn, &ops, &LIMITS, &mut pool);
+        conn.release_buffers(&mut pool);
         assert!(conn.rbuf.is_empty(), "the buffer is given back");
         assert!(conn.wbuf.capacity() == 0, "so is the write buffer");
         let metrics = tern_admin::WorkerMetrics::new();

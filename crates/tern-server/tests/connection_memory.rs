@@ -84,19 +84,20 @@ fn ten_thousand_idle_connections_cost_at_most_a_kib_each() {
         "tern grew by {ours} KiB for {CONNECTIONS} idle connections (memcached: {theirs} KiB)"
     );
 
-    // The buffers they used are back in the pools: no connection holds a read buffer, and
-    // each worker (4 by default) has allocated one write buffer, lent to each in turn.
+    // The buffers they used are back in the pools but for the last few connections each of
+    // the 4 workers served (at most 16 per worker keep theirs until its next sweep).
     let stats = tern.connect().stats("stats\r\n");
     assert_eq!(
         stats["curr_connections"],
         (CONNECTIONS + 2).to_string(),
         "{stats:?}"
     );
-    assert_eq!(
-        stats["read_buf_bytes"], stats["read_buf_bytes_free"],
+    let stat = |name: &str| stats[name].parse::<u64>().unwrap();
+    let most_held = 4 * 16;
+    assert!(
+        stat("read_buf_bytes") - stat("read_buf_bytes_free") <= most_held * 16 * 1024,
         "{stats:?}"
     );
-    let write_buffers: u64 = stats["response_obj_count"].parse().unwrap();
-    assert!(write_buffers <= 4, "{stats:?}");
+    assert!(stat("response_obj_count") <= most_held + 4, "{stats:?}");
     drop(clients);
 }
