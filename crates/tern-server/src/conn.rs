@@ -57,6 +57,8 @@ pub struct Conn {
     /// `wbuf`'s capacity past the standard size as the pool last counted it.
     wbuf_extra: usize,
     close_after_write: bool,
+    /// A get stopped between its keys waits at `rstart`: it is finished before a close.
+    resuming: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
@@ -123,6 +125,7 @@ impl Conn {
             wsent: 0,
             wbuf_extra: 0,
             close_after_write: false,
+            resuming: false,
             peer_closed: false,
             queued: false,
             listed: false,
@@ -151,6 +154,11 @@ impl Conn {
 
     pub fn has_unsent(&self) -> bool {
         self.unsent() > 0
+    }
+
+    /// A get stopped between its keys is still to finish.
+    pub fn resuming(&self) -> bool {
+        self.resuming
     }
 
     /// Stop serving: send what is queued, then close.
@@ -209,7 +217,7 @@ impl Conn {
         if self.has_unsent() && self.flush(ops).is_err() {
             return Drive::Close;
         }
-        if self.close_after_write {
+        if self.close_after_write && !self.resuming {
             return if self.has_unsent() {
                 Drive::Open { again: false }
             } else {
@@ -235,7 +243,7 @@ impl Conn {
             };
         }
         let mut buffer_full = false;
-        if !self.peer_closed {
+        if !self.peer_closed && !self.close_after_write {
             match self.fill(ops, pool) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,
@@ -253,7 +261,7 @@ impl Conn {
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
         };
-        if self.close_after_write || (self.peer_closed && !yielded) {
+        if (self.close_after_write && !self.resuming) || (self.peer_closed && !yielded) {
             // memcached closes on EOF; what the client sent before it is answered first.
             self.close_after_write = true;
             return if self.has_unsent() {
@@ -394,12 +402,18 @@ impl Conn {
             wbuf: &mut self.wbuf,
             wsent: self.wsent,
         };
-        let budget = limits.max_reqs_per_event;
+        // Closing (a shutdown's drain), only the get in progress is finished.
+        let budget = if self.close_after_write {
+            1
+        } else {
+            limits.max_reqs_per_event
+        };
         let progress = match self.protocol {
             Protocol::Binary => binary::serve(ops, input, budget, &mut out),
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
         };
         self.rstart += progress.consumed;
+        self.resuming = progress.resume.is_some();
         if let Some(resume) = progress.resume {
             // The get goes on from its next key: its command moves up to that key.
             let line = self.rstart;

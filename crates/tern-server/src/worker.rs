@@ -436,7 +436,7 @@ impl Worker {
         for (idx, slot) in self.conns.iter_mut().enumerate() {
             if let Some(conn) = slot {
                 conn.finish();
-                if conn.flush(&ops).is_err() || !conn.has_unsent() {
+                if conn.flush(&ops).is_err() || !(conn.has_unsent() || conn.resuming()) {
                     done.push(idx);
                 }
             }
