@@ -47,6 +47,7 @@ pub use snapshot::{
     general_stats, MemcachedCounters, RestoreStats, SegmentStats, Snapshot, StoreStats,
 };
 pub use worker::{
-    latency_bucket, latency_bucket_bound_nanos, Command, LatencyBatch, LatencyHistogram, Outcome,
-    OwnedCounter, WorkerMetrics, WorkerSnapshot, FIRST_BUCKET_LOG2, LATENCY_BUCKETS,
+    latency_bucket, latency_bucket_bound_nanos, Command, ConnBuffers, LatencyBatch,
+    LatencyHistogram, Outcome, OwnedCounter, WorkerMetrics, WorkerSnapshot, FIRST_BUCKET_LOG2,
+    LATENCY_BUCKETS,
 };

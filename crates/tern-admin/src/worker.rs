@@ -185,6 +185,34 @@ pub struct WorkerMetrics {
     conns_closed: OwnedCounter,
     conns_rejected: OwnedCounter,
     conn_yields: OwnedCounter,
+    /// Gauges set by the worker's buffer pool, in [`ConnBuffers`]' order.
+    conn_buffers: [AtomicU64; 5],
+}
+
+/// The bytes a worker's connection buffers hold, by memcached's `stats` names: read buffers
+/// allocated (held by connections or free in the pool) and write buffers held by connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnBuffers {
+    /// Read buffers allocated.
+    pub read_buf_count: u64,
+    /// Their bytes.
+    pub read_buf_bytes: u64,
+    /// Bytes of those free in the pool (held by no connection).
+    pub read_buf_bytes_free: u64,
+    /// Write buffers held by connections.
+    pub response_obj_count: u64,
+    /// Their bytes (capacity).
+    pub response_obj_bytes: u64,
+}
+
+impl ConnBuffers {
+    fn merge(&mut self, other: &ConnBuffers) {
+        self.read_buf_count += other.read_buf_count;
+        self.read_buf_bytes += other.read_buf_bytes;
+        self.read_buf_bytes_free += other.read_buf_bytes_free;
+        self.response_obj_count += other.response_obj_count;
+        self.response_obj_bytes += other.response_obj_bytes;
+    }
 }
 
 impl Default for WorkerMetrics {
@@ -199,6 +227,7 @@ impl Default for WorkerMetrics {
             conns_closed: OwnedCounter::default(),
             conns_rejected: OwnedCounter::default(),
             conn_yields: OwnedCounter::default(),
+            conn_buffers: Default::default(),
         }
     }
 }
@@ -270,6 +299,20 @@ impl WorkerMetrics {
         self.conn_yields.add(1);
     }
 
+    /// Publishes the worker's connection-buffer gauges.
+    pub fn set_conn_buffers(&self, b: ConnBuffers) {
+        let values = [
+            b.read_buf_count,
+            b.read_buf_bytes,
+            b.read_buf_bytes_free,
+            b.response_obj_count,
+            b.response_obj_bytes,
+        ];
+        for (cell, v) in self.conn_buffers.iter().zip(values) {
+            cell.store(v, Ordering::Relaxed);
+        }
+    }
+
     /// Reads every cell (relaxed loads: each value is exact, the set is not one instant).
     pub fn snapshot(&self) -> WorkerSnapshot {
         let mut s = WorkerSnapshot::default();
@@ -294,6 +337,17 @@ impl WorkerMetrics {
         s.conns_current = s.conns_opened.saturating_sub(closed);
         s.conns_rejected = self.conns_rejected.get();
         s.conn_yields = self.conn_yields.get();
+        let [a, b, c, d, e] = self
+            .conn_buffers
+            .each_ref()
+            .map(|g| g.load(Ordering::Relaxed));
+        s.conn_buffers = ConnBuffers {
+            read_buf_count: a,
+            read_buf_bytes: b,
+            read_buf_bytes_free: c,
+            response_obj_count: d,
+            response_obj_bytes: e,
+        };
         s
     }
 }
@@ -423,6 +477,8 @@ pub struct WorkerSnapshot {
     pub conns_rejected: u64,
     /// Connections that yielded after their per-wake-up request limit.
     pub conn_yields: u64,
+    /// Connection buffers (gauges, kept as they are by `since`).
+    pub conn_buffers: ConnBuffers,
 }
 
 impl Default for WorkerSnapshot {
@@ -437,6 +493,7 @@ impl Default for WorkerSnapshot {
             conns_current: 0,
             conns_rejected: 0,
             conn_yields: 0,
+            conn_buffers: ConnBuffers::default(),
         }
     }
 }
@@ -505,6 +562,7 @@ impl WorkerSnapshot {
             total.conns_current += w.conns_current;
             total.conns_rejected += w.conns_rejected;
             total.conn_yields += w.conn_yields;
+            total.conn_buffers.merge(&w.conn_buffers);
         }
         total
     }

@@ -27,7 +27,13 @@ pub fn serve(ops: &Ops<'_>, input: &[u8], budget: usize, out: &mut impl Replies)
         ..Progress::default()
     };
     let mut served = 0;
-    while progress.consumed < input.len() && !out.backlogged() {
+    while progress.consumed < input.len() {
+        if out.backlogged() {
+            // Requests are left: the connection comes back to them once the client reads
+            // (no new input may ever wake it).
+            progress.yielded = true;
+            break;
+        }
         if served == budget {
             ops.worker.metrics.conn_yield();
             progress.yielded = true;

@@ -1,6 +1,9 @@
 //! One client connection: a read buffer parsed in place (many requests per read, a request split
 //! at any byte waits for the rest, a large value grows the buffer once to its exact size), and a
-//! write buffer that collects every reply of a wake-up so they leave in one write.
+//! write buffer that collects every reply of a wake-up so they leave in one write. Both are
+//! borrowed from the worker's [`BufferPool`] and given back once no partial request or unsent
+//! reply needs them, when the worker sweeps its recently served connections (`worker.rs`): an
+//! idle connection holds neither.
 
 use std::io::{self, Read, Write};
 
@@ -8,18 +11,15 @@ use std::time::Instant;
 
 use tern_store::DumpCursor;
 
+use crate::buffers::{BufferPool, BUFFER};
 use crate::config;
 use crate::framing::{After, Replies};
 use crate::net::Stream;
 use crate::ops::Ops;
 use crate::{binary, text};
 
-/// Read buffer size for a new connection, and the size it returns to after a large value.
-const READ_BUFFER: usize = 16 * 1024;
 /// Read into the buffer only when at least this much room is free at its end (else compact).
 const MIN_READ_ROOM: usize = 4 * 1024;
-/// Buffers grown past this are given back once empty, so idle connections stay small.
-const BUFFER_KEEP: usize = 64 * 1024;
 /// A metadump adds steps while fewer unsent bytes than this wait, at most this many per turn.
 const METADUMP_BUFFER: usize = 256 * 1024;
 const METADUMP_STEPS_PER_TURN: usize = 8;
@@ -40,6 +40,7 @@ pub enum Drive {
 
 pub struct Conn {
     pub stream: Stream,
+    /// Empty while borrowed from no pool (nothing unparsed).
     rbuf: Box<[u8]>,
     /// Unparsed bytes are `rbuf[rstart..rend]`.
     rstart: usize,
@@ -50,12 +51,19 @@ pub struct Conn {
     need_exact: bool,
     /// Data bytes still to skip after a value refused as too large.
     swallow: usize,
+    /// No capacity while borrowed from no pool (nothing unsent).
     wbuf: Vec<u8>,
     wsent: usize,
+    /// `wbuf`'s capacity past the standard size as the pool last counted it.
+    wbuf_extra: usize,
     close_after_write: bool,
+    /// A get stopped between its keys waits at `rstart`: it is finished before a close.
+    resuming: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
+    /// In the worker's list of connections that may hold buffers to give back.
+    pub listed: bool,
     /// Registered for writable events too (only while replies wait for the client to read).
     pub watching_writes: bool,
     /// The peer shut down its side (epoll's RDHUP): read until end of stream.
@@ -107,17 +115,20 @@ impl Conn {
     pub fn new(stream: Stream) -> Conn {
         Conn {
             stream,
-            rbuf: vec![0; READ_BUFFER].into_boxed_slice(),
+            rbuf: Box::default(),
             rstart: 0,
             rend: 0,
             need: 0,
             need_exact: false,
             swallow: 0,
-            wbuf: Vec::with_capacity(READ_BUFFER),
+            wbuf: Vec::new(),
             wsent: 0,
+            wbuf_extra: 0,
             close_after_write: false,
+            resuming: false,
             peer_closed: false,
             queued: false,
+            listed: false,
             watching_writes: false,
             hangup: false,
             protocol: Protocol::Unknown,
@@ -145,20 +156,68 @@ impl Conn {
         self.unsent() > 0
     }
 
+    /// A get stopped between its keys is still to finish.
+    pub fn resuming(&self) -> bool {
+        self.resuming
+    }
+
     /// Stop serving: send what is queued, then close.
     pub fn finish(&mut self) {
         self.close_after_write = true;
     }
 
-    /// Reads what the socket has, serves up to `-R` requests, and writes the replies.
-    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits) -> Drive {
+    /// Holds a buffer (pending bytes or not).
+    pub fn holds_buffers(&self) -> bool {
+        !self.rbuf.is_empty() || self.wbuf.capacity() != 0
+    }
+
+    /// Gives both buffers back whatever they hold, as the connection closes.
+    pub fn close_buffers(&mut self, pool: &mut BufferPool) {
+        self.rstart = self.rend;
+        self.wsent = self.wbuf.len();
+        self.release_buffers(pool);
+    }
+
+    /// Returns the read buffer when no byte in it waits to be parsed and the write buffer when
+    /// no reply waits to be sent; one kept for a later turn is re-counted if it grew.
+    pub fn release_buffers(&mut self, pool: &mut BufferPool) {
+        if self.rstart == self.rend && !self.rbuf.is_empty() {
+            self.rstart = 0;
+            self.rend = 0;
+            pool.put_read(std::mem::take(&mut self.rbuf));
+        }
+        if self.wsent == self.wbuf.len() {
+            if self.wbuf.capacity() != 0 {
+                self.wbuf.clear();
+                self.wsent = 0;
+                pool.put_write(std::mem::take(&mut self.wbuf), self.wbuf_extra);
+                self.wbuf_extra = 0;
+            }
+        } else if self.wbuf.capacity() - BUFFER != self.wbuf_extra {
+            let extra = self.wbuf.capacity() - BUFFER;
+            pool.write_grew(self.wbuf_extra, extra);
+            self.wbuf_extra = extra;
+        }
+    }
+
+    /// Borrows a write buffer unless the connection holds one.
+    #[inline]
+    fn ensure_wbuf(&mut self, pool: &mut BufferPool) {
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = pool.take_write();
+        }
+    }
+
+    /// Reads what the socket has, serves up to `-R` requests, and writes the replies,
+    /// borrowing buffers from `pool` where it holds none.
+    pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
         // Replies left from an earlier turn go first. Usually there are none (every turn's
         // replies leave with its flush), and then the call is skipped: it costs an unpipelined
         // request ~30 instructions.
         if self.has_unsent() && self.flush(ops).is_err() {
             return Drive::Close;
         }
-        if self.close_after_write {
+        if self.close_after_write && !self.resuming {
             return if self.has_unsent() {
                 Drive::Open { again: false }
             } else {
@@ -170,11 +229,12 @@ impl Conn {
             return Drive::Open { again: false };
         }
         if let Some(cursor) = self.metadump {
+            self.ensure_wbuf(pool);
             return self.continue_metadump(ops, cursor);
         }
         if self.watch_id.is_some() {
             // A watcher sends nothing more that matters; its end closes the connection.
-            return match self.fill(ops) {
+            return match self.fill(ops, pool) {
                 Ok(_) if !self.peer_closed => {
                     self.rstart = self.rend;
                     Drive::Open { again: false }
@@ -183,8 +243,8 @@ impl Conn {
             };
         }
         let mut buffer_full = false;
-        if !self.peer_closed {
-            match self.fill(ops) {
+        if !self.peer_closed && !self.close_after_write {
+            match self.fill(ops, pool) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,
             }
@@ -192,6 +252,7 @@ impl Conn {
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
         let started = (self.rstart < self.rend).then(Instant::now);
+        self.ensure_wbuf(pool);
         let served = self.serve(ops, limits);
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
@@ -200,7 +261,7 @@ impl Conn {
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
         };
-        if self.close_after_write || (self.peer_closed && !yielded) {
+        if (self.close_after_write && !self.resuming) || (self.peer_closed && !yielded) {
             // memcached closes on EOF; what the client sent before it is answered first.
             self.close_after_write = true;
             return if self.has_unsent() {
@@ -246,9 +307,12 @@ impl Conn {
     }
 
     /// Reads until the socket is drained or the buffer is full; true when it stopped full.
-    fn fill(&mut self, ops: &Ops<'_>) -> io::Result<bool> {
+    fn fill(&mut self, ops: &Ops<'_>, pool: &mut BufferPool) -> io::Result<bool> {
+        if self.rbuf.is_empty() {
+            self.rbuf = pool.take_read();
+        }
         loop {
-            self.make_room();
+            self.make_room(pool);
             if self.rend == self.rbuf.len() {
                 return Ok(true);
             }
@@ -276,16 +340,13 @@ impl Conn {
     }
 
     /// Makes room at the end of the read buffer: compacts unparsed bytes to the front, grows the
-    /// buffer only when the pending request needs more than it holds (`need`), shrinks it back
-    /// once empty. With no room left and no need to grow, the buffer stays full: serving
-    /// requests frees it.
-    fn make_room(&mut self) {
+    /// buffer only when the pending request needs more than it holds (`need`). With no room
+    /// left and no need to grow, the buffer stays full: serving requests frees it. (A grown
+    /// buffer goes back to the pool, which frees it, once it holds nothing pending.)
+    fn make_room(&mut self, pool: &mut BufferPool) {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
-            if self.rbuf.len() > BUFFER_KEEP && self.need <= READ_BUFFER {
-                self.rbuf = vec![0; READ_BUFFER].into_boxed_slice();
-            }
         }
         let len = self.rbuf.len();
         if len - self.rend >= MIN_READ_ROOM && len - self.rstart >= self.need {
@@ -299,9 +360,9 @@ impl Conn {
             } else {
                 self.need.max(len * 2)
             };
-            let mut grown = vec![0; size].into_boxed_slice();
+            let mut grown = pool.alloc_read(size);
             grown[..pending].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
-            self.rbuf = grown;
+            pool.put_read(std::mem::replace(&mut self.rbuf, grown));
         } else if self.rstart > 0 {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
         } else {
@@ -341,12 +402,25 @@ impl Conn {
             wbuf: &mut self.wbuf,
             wsent: self.wsent,
         };
-        let budget = limits.max_reqs_per_event;
+        // Closing (a shutdown's drain), only the get in progress is finished.
+        let budget = if self.close_after_write {
+            1
+        } else {
+            limits.max_reqs_per_event
+        };
         let progress = match self.protocol {
             Protocol::Binary => binary::serve(ops, input, budget, &mut out),
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
         };
         self.rstart += progress.consumed;
+        self.resuming = progress.resume.is_some();
+        if let Some(resume) = progress.resume {
+            // The get goes on from its next key: its command moves up to that key.
+            let line = self.rstart;
+            let start = line + resume.next_key - resume.prefix;
+            self.rbuf.copy_within(line..line + resume.prefix, start);
+            self.rstart = start;
+        }
         self.swallow = progress.swallow;
         self.need = progress.need;
         self.need_exact = progress.need_exact;
@@ -390,9 +464,6 @@ impl Conn {
         }
         self.wbuf.clear();
         self.wsent = 0;
-        if self.wbuf.capacity() > BUFFER_KEEP {
-            self.wbuf = Vec::with_capacity(READ_BUFFER);
-        }
         Ok(())
     }
 }
@@ -422,13 +493,21 @@ mod tests {
     }
 
     /// Drives until the connection has nothing left to do with what it was sent.
-    fn drive_all(conn: &mut Conn, ops: &Ops<'_>, limits: &Limits) -> Drive {
+    fn drive_all(conn: &mut Conn, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
         loop {
-            match conn.drive(ops, limits) {
+            match conn.drive(ops, limits, pool) {
                 Drive::Open { again: true } => continue,
                 other => return other,
             }
         }
+    }
+
+    fn pool_figures(
+        pool: &mut BufferPool,
+        metrics: &tern_admin::WorkerMetrics,
+    ) -> tern_admin::ConnBuffers {
+        pool.publish(metrics);
+        metrics.snapshot().conn_buffers
     }
 
     const LIMITS: Limits = Limits {
@@ -441,6 +520,7 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let size = 1 << 20;
         let header = format!("set big 0 0 {size}\r\n");
         let exact = header.len() + size + 2;
@@ -451,21 +531,39 @@ mod tests {
         for chunk in request.chunks(10_000) {
             client.write_all(chunk).unwrap();
             assert_eq!(
-                drive_all(&mut conn, &ops, &LIMITS),
+                drive_all(&mut conn, &ops, &LIMITS, &mut pool),
                 Drive::Open { again: false }
             );
+            conn.release_buffers(&mut pool);
             if sizes.last() != Some(&conn.rbuf.len()) {
                 sizes.push(conn.rbuf.len());
             }
         }
-        // 16 KiB, then the exact size once (no doubling, no step-by-step growth), then back.
-        assert_eq!(sizes[..2], [READ_BUFFER, exact]);
+        // 16 KiB, then the exact size once (no doubling, no step-by-step growth), then none.
+        assert_eq!(sizes, [BUFFER, exact, 0]);
         let mut reply = [0u8; 8];
         client.read_exact(&mut reply).unwrap();
         assert_eq!(&reply, b"STORED\r\n");
         client.write_all(b"get nothing\r\n").unwrap();
-        drive_all(&mut conn, &ops, &LIMITS);
-        assert_eq!(conn.rbuf.len(), READ_BUFFER, "the big buffer is given back");
+        drive_all(&mut conn, &ops, &LIMITS, &mut pool);
+        conn.release_buffers(&mut pool);
+        assert!(conn.rbuf.is_empty(), "the buffer is given back");
+        assert!(conn.wbuf.capacity() == 0, "so is the write buffer");
+        let metrics = tern_admin::WorkerMetrics::new();
+        let mut stats = pool_figures(&mut pool, &metrics);
+        assert_eq!(
+            stats.read_buf_bytes, BUFFER as u64,
+            "the large one is freed"
+        );
+        assert_eq!(stats.read_buf_bytes_free, BUFFER as u64);
+        assert_eq!(
+            stats.response_obj_bytes, BUFFER as u64,
+            "the write buffer is pooled"
+        );
+        conn.close_buffers(&mut pool);
+        stats = pool_figures(&mut pool, &metrics);
+        assert_eq!(stats.read_buf_count, 1);
+        assert_eq!(stats.read_buf_bytes_free, BUFFER as u64);
     }
 
     #[test]
@@ -473,19 +571,20 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let size = (1 << 20) + 1;
         client
             .write_all(format!("set big 0 0 {size}\r\n").as_bytes())
             .unwrap();
-        conn.drive(&ops, &LIMITS);
+        conn.drive(&ops, &LIMITS, &mut pool);
         let data = vec![b'v'; size];
         for chunk in data.chunks(50_000) {
             client.write_all(chunk).unwrap();
-            drive_all(&mut conn, &ops, &LIMITS);
-            assert_eq!(conn.rbuf.len(), READ_BUFFER);
+            drive_all(&mut conn, &ops, &LIMITS, &mut pool);
+            assert!(conn.rbuf.len() <= BUFFER);
         }
         client.write_all(b"\r\nget big\r\n").unwrap();
-        drive_all(&mut conn, &ops, &LIMITS);
+        drive_all(&mut conn, &ops, &LIMITS, &mut pool);
         let want = b"SERVER_ERROR object too large for cache\r\nEND\r\n";
         let mut reply = vec![0u8; want.len()];
         client.read_exact(&mut reply).unwrap();
@@ -498,14 +597,24 @@ mod tests {
         let shared = shared();
         let ops = Ops::new(&shared, 0);
         let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
         let limits = Limits {
             max_reqs_per_event: 3,
             ..LIMITS
         };
         client.write_all(&b"version\r\n".repeat(7)).unwrap();
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: true });
-        assert_eq!(conn.drive(&ops, &limits), Drive::Open { again: false });
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: true }
+        );
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: true }
+        );
+        assert_eq!(
+            conn.drive(&ops, &limits, &mut pool),
+            Drive::Open { again: false }
+        );
         let one = crate::ops::VERSION_REPLY.len();
         let mut replies = vec![0u8; 7 * one];
         client.read_exact(&mut replies).unwrap();

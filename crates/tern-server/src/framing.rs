@@ -28,6 +28,22 @@ pub enum Step {
     Need(usize),
     /// An error was answered; discard this many bytes after the line, arrived or not.
     Swallow(usize),
+    /// A multi-key get stopped before a key, its replies backlogged: it goes on later from
+    /// there (see [`Resume`]). The keys' addresses (`as_ptr() as usize`), as the serve loop
+    /// turns them into offsets in its line.
+    Resume { first_key: usize, next_key: usize },
+}
+
+/// A multi-key get that stopped before one of its keys because so many replies wait for the
+/// client (a reply larger than memory could hold streams this way): the request at
+/// [`Progress::consumed`] stays in the read buffer, and its first `prefix` bytes (the command
+/// and its arguments, up to the first key) are moved to end just before `next_key`, which
+/// makes the rest of the line a request of its own, run once the client has read. Offsets are
+/// from the start of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    pub prefix: usize,
+    pub next_key: usize,
 }
 
 /// Where a serve loop appends its replies, with the transport's hooks.
@@ -61,8 +77,11 @@ pub struct Progress {
     pub need_exact: bool,
     /// Bytes still to discard beyond the input (the rest of a refused request's data).
     pub swallow: usize,
-    /// Stopped at the request budget (`-R`) with requests left.
+    /// Stopped with requests left: at the request budget (`-R`), at the backlog bound, or
+    /// inside a get (`resume`).
     pub yielded: bool,
+    /// The request at `consumed` is a get stopped before one of its keys.
+    pub resume: Option<Resume>,
     pub after: After,
 }
 

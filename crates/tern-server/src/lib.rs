@@ -15,6 +15,7 @@
 //! - `restart`: `-e`, the memory file's metadata read at start and saved at a graceful stop.
 
 mod binary;
+mod buffers;
 mod config;
 mod conn;
 mod conn_table;

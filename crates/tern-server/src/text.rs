@@ -7,7 +7,7 @@ use tern_proto::ascii::{self, AdminCommand, Command, Frame, Keys, StoreKind};
 use tern_proto::KEY_MAX_LENGTH;
 use tern_store::StoreOp;
 
-use crate::framing::{After, Progress, Replies, Step};
+use crate::framing::{After, Progress, Replies, Resume, Step};
 use crate::meta;
 use crate::ops::{self, AdminReply, ArithFailure, Ops, Shutdown, StatsError, StatsReply};
 
@@ -22,7 +22,13 @@ pub fn serve(
 ) -> Progress {
     let mut progress = Progress::default();
     let mut served = 0;
-    while progress.consumed < input.len() && !out.backlogged() {
+    while progress.consumed < input.len() {
+        if out.backlogged() {
+            // Requests are left: the connection comes back to them once the client reads
+            // (no new input may ever wake it).
+            progress.yielded = true;
+            break;
+        }
         if served == budget {
             ops.worker.metrics.conn_yield();
             progress.yielded = true;
@@ -69,6 +75,18 @@ pub fn serve(
                 progress.consumed += line_len;
                 input_used_up = !progress.skip(data, input.len());
             }
+            Step::Resume {
+                first_key,
+                next_key,
+            } => {
+                let line = rest.as_ptr() as usize;
+                progress.resume = Some(Resume {
+                    prefix: first_key - line,
+                    next_key: next_key - line,
+                });
+                progress.yielded = true;
+                break;
+            }
         }
         out.request_done();
         if after != After::Continue {
@@ -94,7 +112,7 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             keys,
             with_cas,
             touch,
-        } => get(ops, keys, with_cas, touch, out),
+        } => return (get(ops, keys, with_cas, touch, out), After::Continue),
         Command::Store {
             kind,
             key,
@@ -251,9 +269,19 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
     (Step::Done(0), After::Continue)
 }
 
-/// get, gets, gat, gats: each key's value as it is found, then `END`.
-fn get(ops: &Ops<'_>, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &mut impl Replies) {
+/// get, gets, gat, gats: each key's value as it is found, then `END`. Once the replies wait
+/// backlogged it stops before its next key (`Step::Resume`), so a reply of any size streams:
+/// each value is copied into the write buffer under its shard's lock, which keeps its bytes
+/// valid, and no more than the backlog bound plus one value waits at a time.
+fn get(
+    ops: &Ops<'_>,
+    keys: Keys<'_>,
+    with_cas: bool,
+    touch: Option<i64>,
+    out: &mut impl Replies,
+) -> Step {
     let rollback = out.buf().len();
+    let mut first_key = 0;
     let expiry = touch.map(|exptime| ops.expiry(exptime));
     let cmd = match (touch.is_some(), with_cas) {
         (false, false) => Cmd::Get,
@@ -261,17 +289,34 @@ fn get(ops: &Ops<'_>, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &
         (true, false) => Cmd::Gat,
         (true, true) => Cmd::Gats,
     };
-    for (i, key) in keys.enumerate() {
-        if i > 0 {
+    let mut rest = keys;
+    let mut i = 0;
+    while let Some(key) = rest.next() {
+        if i == 0 {
+            first_key = key.as_ptr() as usize;
+        } else {
             out.between_keys();
+            if out.backlogged() {
+                // Nothing of this line has left yet, so a too-long key among the rest can
+                // still be answered as memcached does (the values queued dropped) before any
+                // is sent; once resumed, the rest has been checked.
+                let mut left = std::iter::once(key).chain(rest);
+                if !left.any(|k| k.len() > KEY_MAX_LENGTH) {
+                    return Step::Resume {
+                        first_key,
+                        next_key: key.as_ptr() as usize,
+                    };
+                }
+            }
         }
+        i += 1;
         let buf = out.buf();
         if key.len() > KEY_MAX_LENGTH {
             // memcached drops the values already queued for this line and answers the error.
             ops.refused();
             buf.truncate(rollback);
             buf.extend_from_slice(ascii::BAD_FORMAT);
-            return;
+            return Step::Done(0);
         }
         let _ = ops.get(cmd, key, expiry, |item| {
             ascii::encode_value(
@@ -284,6 +329,7 @@ fn get(ops: &Ops<'_>, keys: Keys<'_>, with_cas: bool, touch: Option<i64>, out: &
         });
     }
     out.buf().extend_from_slice(ascii::END);
+    Step::Done(0)
 }
 
 /// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
