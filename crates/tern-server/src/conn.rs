@@ -142,7 +142,7 @@ impl Conn {
     }
 
     pub fn has_unsent(&self) -> bool {
-        self.unsent() > 0
+        self.unsent() > 0 || self.stream.pending_output()
     }
 
     /// Stop serving: send what is queued, then close.
@@ -388,6 +388,8 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        // A TLS session's last records may still wait for the socket (has_unsent says so).
+        self.stream.flush()?;
         self.wbuf.clear();
         self.wsent = 0;
         if self.wbuf.capacity() > BUFFER_KEEP {

@@ -29,6 +29,7 @@ mod recording;
 mod reload;
 mod shared;
 mod text;
+mod tls;
 mod udp;
 mod watch;
 mod worker;
@@ -66,12 +67,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Sockets first, so a port in use is reported on the terminal even with -d.
     let mut per_worker: Vec<Vec<net::Listener>> =
         (0..settings.threads).map(|_| Vec::new()).collect();
-    for addr in settings.listen_addrs()? {
+    // Certificates before anything else is bound or dropped (-u), as memcached reads them.
+    let tls = match settings.tls.enabled {
+        true => Some(Arc::new(
+            tls::Tls::load(&settings.tls).map_err(anyhow::Error::msg)?,
+        )),
+        false => None,
+    };
+    for (addr, mode) in settings.listen_tls()? {
         let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
         for (worker, listener) in listeners.into_iter().enumerate() {
-            per_worker[worker].push(listener);
+            per_worker[worker].push(listener.with_tls(mode));
         }
-        tracing::info!("listening on {addr}");
+        tracing::info!("listening on {addr} ({mode:?})");
     }
     // UDP (-U) only when asked for: off by default, as a UDP port open to the world can be used
     // to reflect and amplify traffic at a spoofed source address.
@@ -152,6 +160,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         clock.clone(),
     ));
     shared.set_log_level = log_level;
+    shared.tls = tls;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).

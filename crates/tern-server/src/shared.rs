@@ -16,6 +16,7 @@ use crate::config::Settings;
 use crate::conn_table::ConnTables;
 use crate::prefix_stats::PrefixStats;
 use crate::recording::WorkerState;
+use crate::tls::Tls;
 use crate::watch::Watchers;
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
@@ -48,6 +49,8 @@ pub struct Shared {
     pub prefix_stats: PrefixStats,
     /// `watch` (shared with the store's eviction observer).
     pub watchers: Arc<Watchers>,
+    /// `-Z`: the certificates and TLS counters.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Shared {
@@ -75,6 +78,7 @@ impl Shared {
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             watchers: Arc::default(),
+            tls: None,
         }
     }
 }
@@ -132,10 +136,63 @@ impl Shared {
             ("worker_cpus", &self.worker_cpus),
             ("numa_node", &numa_node),
         ];
-        lines
+        let mut lines: Vec<(String, String)> = lines
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
-            .collect()
+            .collect();
+        lines.extend(self.tls_settings());
+        lines
+    }
+
+    /// memcached's `ssl_*` lines of `stats settings` (a path not given is `NULL`).
+    fn tls_settings(&self) -> Vec<(String, String)> {
+        let t = &self.settings.tls;
+        let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+        let path = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map_or("NULL".to_string(), |p| p.display().to_string())
+        };
+        [
+            ("ssl_enabled", yes_no(t.enabled)),
+            ("ssl_chain_cert", path(&t.chain_cert)),
+            ("ssl_key", path(&t.key)),
+            ("ssl_verify_mode", t.verify_mode.to_string()),
+            ("ssl_keyformat", t.keyformat.to_string()),
+            ("ssl_ciphers", t.ciphers.clone().unwrap_or("NULL".into())),
+            ("ssl_ca_cert", path(&t.ca_cert)),
+            ("ssl_wbuf_size", t.wbuf_size.to_string()),
+            ("ssl_session_cache", yes_no(t.session_cache)),
+            ("ssl_kernel_tls", yes_no(false)),
+            ("ssl_min_version", t.min_version.name().to_string()),
+            (
+                "tls_handshake_timeout",
+                t.handshake_timeout_secs.to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
+    }
+
+    /// memcached's TLS lines of `stats`, present with `-Z` only (`ssl_new_sessions` with the
+    /// session cache only).
+    pub fn tls_stats(&self) -> Vec<(String, String)> {
+        let Some(tls) = &self.tls else {
+            return Vec::new();
+        };
+        let counters = &tls.counters;
+        let mut lines = Vec::new();
+        if tls.options.session_cache {
+            let sessions = counters.new_sessions.load(Ordering::Relaxed);
+            lines.push(("ssl_new_sessions".into(), sessions.to_string()));
+        }
+        let errors = counters.handshake_errors.load(Ordering::Relaxed);
+        lines.push(("ssl_handshake_errors".into(), errors.to_string()));
+        lines.push((
+            "time_since_server_cert_refresh".into(),
+            tls.since_refresh().to_string(),
+        ));
+        lines
     }
 }
 

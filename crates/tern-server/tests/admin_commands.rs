@@ -63,7 +63,10 @@ fn slab_lru_and_crawler_commands_answer_as_memcached_does() {
         if theirs == "OK\r\n" {
             break;
         }
-        assert!(theirs.starts_with("BUSY ") && std::time::Instant::now() < deadline, "{theirs}");
+        assert!(
+            theirs.starts_with("BUSY ") && std::time::Instant::now() < deadline,
+            "{theirs}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     for request in [

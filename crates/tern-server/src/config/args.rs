@@ -170,9 +170,17 @@ pub struct ServeArgs {
     /// Item memory in a mmapped file, for restarts that keep the cache: not supported yet.
     #[arg(short = 'e', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]
     pub memory_file: Option<PathBuf>,
-    /// TLS: not supported yet.
-    #[arg(short = 'Z', long, help_heading = NOT_SUPPORTED)]
+    /// TLS on every TCP listener not prefixed `notls:` (`-l notls:ADDR:PORT` stays plain,
+    /// `-l mtls:ADDR:PORT` requires a client certificate); certificates and the rest from
+    /// `-o ssl_chain_cert=FILE,ssl_key=FILE,ssl_ca_cert=FILE,ssl_verify_mode=0..3,
+    /// ssl_min_version=tlsv1.2|tlsv1.3,ssl_ciphers=...,ssl_session_cache,ssl_wbuf_size=KB,
+    /// ssl_keyformat=PEM|DER`. `refresh_certs` reloads the certificate and key.
+    #[arg(short = 'Z', long)]
     pub enable_ssl: bool,
+    /// TLS: a client that has not finished its handshake after this many seconds is
+    /// disconnected, so a stalled client holds a connection slot and nothing more [default: 10].
+    #[arg(long, value_name = "SECS", help_heading = TERN)]
+    pub tls_handshake_timeout: Option<u64>,
     /// Serve the admin HTTP endpoint (/metrics, /stats, /health, /version, /settings,
     /// /hotkeys) on this TCP port, bound to the first listen address [default: off].
     #[arg(long, value_name = "PORT", help_heading = TERN)]

@@ -10,6 +10,7 @@ mod extended;
 mod file;
 mod ignored;
 mod memcached_conf;
+mod tls;
 
 use std::path::PathBuf;
 
@@ -21,6 +22,7 @@ use tern_tune::pin::PinSpec;
 pub use args::ServeArgs;
 use file::FileConfig;
 pub use ignored::{Ignored, Reason};
+pub use tls::{ListenTls, TlsOptions, TlsVersion};
 
 /// `-B`: the protocols a connection may speak.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -99,6 +101,8 @@ pub struct Settings {
     pub numa_node: Option<usize>,
     /// memcached options given that tern accepts and ignores, for [`Settings::warn_ignored`].
     pub ignored: Vec<Ignored>,
+    /// `-Z` and `-o ssl_*`.
+    pub tls: TlsOptions,
 }
 
 impl Default for Settings {
@@ -141,6 +145,7 @@ impl Default for Settings {
             pin: None,
             numa_node: None,
             ignored: Vec::new(),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -207,7 +212,6 @@ impl Settings {
                 a.memory_file.is_some(),
                 "-e/--memory-file: a memory file kept across restarts",
             ),
-            (a.enable_ssl, "-Z/--enable-ssl: TLS"),
         ];
         for (given, what) in not_supported {
             if given {
@@ -234,6 +238,10 @@ impl Settings {
         );
         if a.hashpower.is_some() {
             self.hashpower = a.hashpower;
+        }
+        self.tls.enabled |= a.enable_ssl;
+        if let Some(secs) = a.tls_handshake_timeout {
+            self.tls.handshake_timeout_secs = secs;
         }
         if a.admin_port.is_some() {
             self.admin_port = a.admin_port;
@@ -374,24 +382,34 @@ impl Settings {
         if let Some(power) = self.hashpower.filter(|p| !(12..=32).contains(p)) {
             bail!("hashpower {power}: memcached's hash power runs from 12 to 32");
         }
-        // memcached 1.6 can give each listener its own protocol, tag or TLS mode; tern's
-        // listeners are all alike.
-        let prefixed = ["notls:", "btls:", "mtls:", "proto[", "tag[", "tag_"];
+        // memcached 1.6 can give each listener its own protocol or tag too; tern's listeners
+        // differ only in TLS (`notls:`, `mtls:`).
+        let prefixed = ["btls:", "proto[", "tag[", "tag_"];
         if let Some(spec) = self
             .listen
             .iter()
             .find(|spec| prefixed.iter().any(|p| spec.starts_with(p)))
         {
             bail!(
-                "-l {spec}: per-listener TLS, protocol and tag prefixes are not supported (-B \
+                "-l {spec}: per-listener protocol and tag prefixes are not supported (-B \
                  sets the protocol for every listener)"
             );
+        }
+        let modes: Vec<ListenTls> = self.listen_tls()?.into_iter().map(|(_, m)| m).collect();
+        self.tls.validate(&modes)?;
+        if self.tls.enabled && self.port == 0 {
+            bail!("-Z: TLS needs a TCP port");
         }
         Ok(())
     }
 
     /// The addresses to listen on (`-l`, each with `-p` unless it names its own port).
     pub fn listen_addrs(&self) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+        Ok(self.listen_tls()?.into_iter().map(|(a, _)| a).collect())
+    }
+
+    /// [`Settings::listen_addrs`], each with its TLS mode (`-Z`, `notls:`, `mtls:`).
+    pub fn listen_tls(&self) -> anyhow::Result<Vec<(std::net::SocketAddr, ListenTls)>> {
         use std::net::ToSocketAddrs;
         let specs: Vec<String> = if self.listen.is_empty() {
             vec!["0.0.0.0".into()]
@@ -399,7 +417,8 @@ impl Settings {
             self.listen.clone()
         };
         let mut addrs = Vec::new();
-        for spec in &specs {
+        for full_spec in &specs {
+            let (mode, spec) = tls::split_listen_prefix(full_spec, self.tls.enabled);
             let resolved: Vec<_> = if let Ok(addr) = spec.parse::<std::net::SocketAddr>() {
                 vec![addr]
             } else if let Ok(ip) = spec.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
@@ -409,14 +428,14 @@ impl Settings {
                     .with_context(|| format!("-l {spec}: cannot resolve"))?
                     .collect()
             } else {
-                (spec.as_str(), self.port)
+                (spec, self.port)
                     .to_socket_addrs()
                     .with_context(|| format!("-l {spec}: cannot resolve"))?
                     .collect()
             };
             for addr in resolved {
-                if !addrs.contains(&addr) {
-                    addrs.push(addr);
+                if !addrs.iter().any(|(a, _)| *a == addr) {
+                    addrs.push((addr, mode));
                 }
             }
         }
