@@ -187,10 +187,16 @@ fn build(o: &TlsOptions) -> Result<Loaded, String> {
 
 /// ring's algorithms, with `ssl_ciphers` choosing among the TLS 1.2 suites (OpenSSL's or
 /// IANA's names, ':'-separated; names rustls lacks are skipped as OpenSSL skips unknown ones).
+/// A list of OpenSSL's keywords only (`HIGH`, `DEFAULT`, `!aNULL`, ...) keeps every suite:
+/// rustls offers only strong ones.
 fn provider(o: &TlsOptions) -> Result<CryptoProvider, String> {
     let mut provider = rustls::crypto::ring::default_provider();
-    if let Some(list) = &o.ciphers {
-        let wanted: Vec<&str> = list.split([':', ' ']).filter(|n| !n.is_empty()).collect();
+    let names = o.ciphers.as_deref().map(|list| {
+        let names: Vec<&str> = list.split([':', ' ']).filter(|n| !n.is_empty()).collect();
+        (list, names)
+    });
+    let is_keyword = |n: &&str| n.starts_with(['!', '-', '+', '@']) || !n.contains(['-', '_']);
+    if let Some((list, wanted)) = names.filter(|(_, names)| !names.iter().all(is_keyword)) {
         let chosen = |suite: &SupportedCipherSuite| {
             let iana = suite.suite().as_str().unwrap_or_default();
             wanted

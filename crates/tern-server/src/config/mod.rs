@@ -703,7 +703,8 @@ mod tests {
             ("hot_max_factor=0", "above 0"),
             ("hash_algorithm=md5", "jenkins, murmur3, xxh3"),
             ("tail_repair_time=5", "from 10"),
-            ("ssl_key=/etc/key.pem", "TLS is not supported yet"),
+            ("ssl_kernel_tls", "kernel TLS offload is not supported"),
+            ("ssl_verify_mode=4", "expected 0 (none)"),
             ("ext_path=/mnt/flash:64G", "no external storage"),
             ("proxy_config=routelib", "not memcached's proxy"),
         ] {
@@ -761,10 +762,7 @@ mod tests {
             ),
             (&["-Y", "/etc/auth"], "-Y/--auth-file"),
             (&["-e", "/dev/shm/mc"], "-e/--memory-file"),
-            (
-                &["--enable-ssl"],
-                "-Z/--enable-ssl: TLS is not supported yet",
-            ),
+            (&["--enable-ssl"], "-Z: no certificate chain"),
         ] {
             assert!(error(argv).contains(says), "{argv:?}: {}", error(argv));
         }
@@ -950,9 +948,19 @@ mod tests {
     fn listen_lists_and_memcached_listener_prefixes() {
         let s = settings(&["-l", "127.0.0.1;127.0.0.2,127.0.0.3"]).unwrap();
         assert_eq!(s.listen, ["127.0.0.1", "127.0.0.2", "127.0.0.3"]);
-        for spec in ["notls:127.0.0.1:11211", "proto[ascii]:127.0.0.1:11211"] {
+        for spec in ["btls:127.0.0.1:11211", "proto[ascii]:127.0.0.1:11211"] {
             assert!(error(&["-l", spec]).contains("prefixes are not supported"));
         }
+        let s = settings(&[
+            "-Z",
+            "-o",
+            "ssl_chain_cert=c.pem",
+            "-l",
+            "notls:127.0.0.1:1,::1",
+        ])
+        .unwrap();
+        let modes: Vec<ListenTls> = s.listen_tls().unwrap().iter().map(|a| a.1).collect();
+        assert_eq!(modes, [ListenTls::Plain, ListenTls::Tls]);
     }
 
     #[test]

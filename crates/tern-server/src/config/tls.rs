@@ -17,12 +17,13 @@ pub enum TlsVersion {
 impl TlsVersion {
     pub fn parse(text: &str) -> anyhow::Result<TlsVersion> {
         Ok(match text {
-            "tlsv1.2" => TlsVersion::Tls12,
-            "tlsv1.3" => TlsVersion::Tls13,
-            "tlsv1" | "tlsv1.0" | "tlsv1.1" => {
+            // memcached 1.6 takes the number: 0 tlsv1.0 ... 3 tlsv1.3.
+            "tlsv1.2" | "2" => TlsVersion::Tls12,
+            "tlsv1.3" | "3" => TlsVersion::Tls13,
+            "tlsv1" | "tlsv1.0" | "tlsv1.1" | "0" | "1" => {
                 bail!("ssl_min_version={text}: tern speaks TLS 1.2 and 1.3 only (tlsv1.2, tlsv1.3)")
             }
-            _ => bail!("ssl_min_version={text}: expected tlsv1.2 or tlsv1.3"),
+            _ => bail!("ssl_min_version={text}: expected 2 (tlsv1.2) or 3 (tlsv1.3)"),
         })
     }
 
