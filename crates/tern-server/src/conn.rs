@@ -67,6 +67,8 @@ pub struct Conn {
     watch_id: Option<u64>,
     /// Where a `lru_crawler metadump` stands: lines are produced as the client takes them.
     metadump: Option<DumpCursor>,
+    /// Passed `-Y`'s authentication (unused without it).
+    authenticated: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +125,7 @@ impl Conn {
             protocol: Protocol::Unknown,
             watch_id: None,
             metadump: None,
+            authenticated: false,
         }
     }
 
@@ -323,6 +326,27 @@ impl Conn {
             if self.swallow > 0 {
                 return Some(false);
             }
+        }
+        if !self.authenticated {
+            if let Some(auth) = &ops.shared.auth {
+                let mut out = ConnReplies {
+                    wbuf: &mut self.wbuf,
+                    wsent: self.wsent,
+                };
+                let input = &self.rbuf[self.rstart..self.rend];
+                match crate::auth::gate(auth, input, limits.max_line, &mut out) {
+                    crate::auth::Gate::Open { consumed } => self.rstart += consumed,
+                    crate::auth::Gate::Need { need, exact } => {
+                        (self.need, self.need_exact) = (need, exact);
+                        return Some(false);
+                    }
+                    crate::auth::Gate::Refused => {
+                        self.close_after_write = true;
+                        return Some(false);
+                    }
+                }
+            }
+            self.authenticated = true;
         }
         let input = &self.rbuf[self.rstart..self.rend];
         if self.protocol == Protocol::Unknown {

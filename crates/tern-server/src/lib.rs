@@ -13,6 +13,7 @@
 //! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`;
 //! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads.
 
+mod auth;
 mod binary;
 mod config;
 mod conn;
@@ -73,6 +74,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tls::Tls::load(&settings.tls).map_err(anyhow::Error::msg)?,
         )),
         false => None,
+    };
+    let auth = match &settings.auth_file {
+        Some(path) => Some(auth::AuthFile::load(path)?),
+        None => None,
     };
     for (addr, mode) in settings.listen_tls()? {
         let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
@@ -161,6 +166,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     ));
     shared.set_log_level = log_level;
     shared.tls = tls;
+    shared.auth = auth;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).

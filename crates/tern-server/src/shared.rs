@@ -12,6 +12,7 @@ use tern_admin::{
 };
 use tern_store::{Store, UnixSecs};
 
+use crate::auth::AuthFile;
 use crate::config::Settings;
 use crate::conn_table::ConnTables;
 use crate::prefix_stats::PrefixStats;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub watchers: Arc<Watchers>,
     /// `-Z`: the certificates and TLS counters.
     pub tls: Option<Arc<Tls>>,
+    /// `-Y`: the users, and the authentication counters.
+    pub auth: Option<AuthFile>,
 }
 
 impl Shared {
@@ -79,6 +82,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             watchers: Arc::default(),
             tls: None,
+            auth: None,
         }
     }
 }
@@ -152,7 +156,10 @@ impl Shared {
             p.as_ref()
                 .map_or("NULL".to_string(), |p| p.display().to_string())
         };
+        let auth_file = self.auth.as_ref().map(|a| a.path.display().to_string());
         [
+            ("auth_enabled_sasl", yes_no(false)),
+            ("auth_enabled_ascii", auth_file.unwrap_or("no".into())),
             ("ssl_enabled", yes_no(t.enabled)),
             ("ssl_chain_cert", path(&t.chain_cert)),
             ("ssl_key", path(&t.key)),
@@ -174,14 +181,24 @@ impl Shared {
         .collect()
     }
 
-    /// memcached's TLS lines of `stats`, present with `-Z` only (`ssl_new_sessions` with the
-    /// session cache only).
-    pub fn tls_stats(&self) -> Vec<(String, String)> {
+    /// memcached's authentication lines of `stats` (`auth_cmds`: authenticating requests,
+    /// `auth_errors`: those refused), then its TLS lines, present with `-Z` only
+    /// (`ssl_new_sessions` with the session cache only).
+    pub fn security_stats(&self) -> Vec<(String, String)> {
+        let (attempts, failures) = self.auth.as_ref().map_or((0, 0), |a| {
+            (
+                a.attempts.load(Ordering::Relaxed),
+                a.failures.load(Ordering::Relaxed),
+            )
+        });
+        let mut lines = vec![
+            ("auth_cmds".to_string(), attempts.to_string()),
+            ("auth_errors".to_string(), failures.to_string()),
+        ];
         let Some(tls) = &self.tls else {
-            return Vec::new();
+            return lines;
         };
         let counters = &tls.counters;
-        let mut lines = Vec::new();
         if tls.options.session_cache {
             let sessions = counters.new_sessions.load(Ordering::Relaxed);
             lines.push(("ssl_new_sessions".into(), sessions.to_string()));

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use tern_testkit::tls::{self, Certs, TlsConn};
-use tern_testkit::{free_port, memcached_bin, tern_bin, Conn, ServerProcess};
+use tern_testkit::{free_port, tern_bin, Conn, ServerProcess};
 
 /// tern with `-Z` on 127.0.0.1:port (whatever TERN_TEST_TLS says), `args` appended.
 fn tern_tls(certs: &Certs, extra_o: &str, args: &[&str]) -> ServerProcess {

@@ -164,8 +164,10 @@ pub struct ServeArgs {
     /// SASL authentication (binary protocol): not supported yet.
     #[arg(short = 'S', long, help_heading = NOT_SUPPORTED)]
     pub enable_sasl: bool,
-    /// ASCII protocol authentication from a user:password file: not supported yet.
-    #[arg(short = 'Y', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]
+    /// Text-protocol authentication: clients first `set` any key with `<user> <password>` as its
+    /// data; FILE holds `user:password` lines (the password may be an `$argon2id$` hash); read
+    /// again on SIGHUP.
+    #[arg(short = 'Y', long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
     /// Item memory in a mmapped file, for restarts that keep the cache: not supported yet.
     #[arg(short = 'e', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]

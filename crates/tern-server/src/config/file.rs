@@ -56,6 +56,7 @@ pub(super) struct FileConfig {
     ssl_session_cache: Option<bool>,
     ssl_wbuf_size: Option<usize>,
     tls_handshake_timeout: Option<u64>,
+    auth_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -134,6 +135,9 @@ impl Settings {
         }
         if let Some(pidfile) = f.pidfile {
             self.pidfile = Some(pidfile);
+        }
+        if f.auth_file.is_some() {
+            self.auth_file = f.auth_file;
         }
         let tls = &mut self.tls;
         if let Some(on) = f.enable_ssl {

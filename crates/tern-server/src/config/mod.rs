@@ -103,6 +103,8 @@ pub struct Settings {
     pub ignored: Vec<Ignored>,
     /// `-Z` and `-o ssl_*`.
     pub tls: TlsOptions,
+    /// `-Y`: the `user:password` file text clients authenticate against.
+    pub auth_file: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -146,6 +148,7 @@ impl Default for Settings {
             numa_node: None,
             ignored: Vec::new(),
             tls: TlsOptions::default(),
+            auth_file: None,
         }
     }
 }
@@ -205,10 +208,6 @@ impl Settings {
         let not_supported = [
             (a.enable_sasl, "-S/--enable-sasl: SASL authentication"),
             (
-                a.auth_file.is_some(),
-                "-Y/--auth-file: ASCII authentication",
-            ),
-            (
                 a.memory_file.is_some(),
                 "-e/--memory-file: a memory file kept across restarts",
             ),
@@ -240,6 +239,9 @@ impl Settings {
             self.hashpower = a.hashpower;
         }
         self.tls.enabled |= a.enable_ssl;
+        if a.auth_file.is_some() {
+            self.auth_file = a.auth_file.clone();
+        }
         if let Some(secs) = a.tls_handshake_timeout {
             self.tls.handshake_timeout_secs = secs;
         }
@@ -397,6 +399,9 @@ impl Settings {
         }
         let modes: Vec<ListenTls> = self.listen_tls()?.into_iter().map(|(_, m)| m).collect();
         self.tls.validate(&modes)?;
+        if self.auth_file.is_some() && self.udp_port != 0 {
+            bail!("-Y: UDP has no connection to authenticate; leave -U off with an auth file");
+        }
         if self.tls.enabled && self.port == 0 {
             bail!("-Z: TLS needs a TCP port");
         }
@@ -454,6 +459,7 @@ impl Settings {
         };
         fix(&mut self.pidfile);
         fix(&mut self.unix_socket);
+        fix(&mut self.auth_file);
         Ok(())
     }
 }
@@ -760,7 +766,6 @@ mod tests {
                 &["-S"][..],
                 "-S/--enable-sasl: SASL authentication is not supported yet",
             ),
-            (&["-Y", "/etc/auth"], "-Y/--auth-file"),
             (&["-e", "/dev/shm/mc"], "-e/--memory-file"),
             (&["--enable-ssl"], "-Z: no certificate chain"),
         ] {

@@ -65,7 +65,7 @@ impl Ops<'_> {
         Ok(match words {
             [] => {
                 let mut general = stats_text::stats_general(&shared.stats_snapshot());
-                general.extend(shared.tls_stats());
+                general.extend(shared.security_stats());
                 lines(general)
             }
             [b"reset"] => {
