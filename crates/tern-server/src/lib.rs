@@ -62,6 +62,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut settings = Settings::from_args(&args)?;
     let log_level = init_logging(settings.verbose);
     settings.warn_ignored();
+    settings.warn_exposed()?;
     settings.absolutize_paths()?;
     let reloader = reload::Reloader::new(args)?;
 

@@ -159,6 +159,36 @@ pub fn parse_wbuf_kb(text: &str) -> anyhow::Result<usize> {
     }
 }
 
+impl super::Settings {
+    /// The listen addresses anyone on the network may reach and talk to: not loopback, not
+    /// TLS, with no `-Y` password (docs/hardening.md).
+    pub fn exposed_addrs(&self) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+        if self.auth_file.is_some() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .listen_tls()?
+            .into_iter()
+            .filter(|(addr, mode)| *mode == ListenTls::Plain && !addr.ip().is_loopback())
+            .map(|(addr, _)| addr)
+            .collect())
+    }
+
+    /// The start-up warning for [`Settings::exposed_addrs`], if any.
+    pub fn warn_exposed(&self) -> anyhow::Result<()> {
+        let exposed = self.exposed_addrs()?;
+        if !exposed.is_empty() {
+            let list: Vec<String> = exposed.iter().map(|a| a.to_string()).collect();
+            tracing::warn!(
+                "listening on {} without TLS or authentication: anyone who can reach it can read \
+                 and overwrite every item; use -l 127.0.0.1, -Z or -Y (see docs/hardening.md)",
+                list.join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A `-l` entry's TLS prefix, and the address without it.
 pub fn split_listen_prefix(spec: &str, tls_enabled: bool) -> (ListenTls, &str) {
     if let Some(rest) = spec.strip_prefix("notls:") {
@@ -188,6 +218,29 @@ mod tests {
         );
         assert_eq!(split_listen_prefix("::1", true), (ListenTls::Tls, "::1"));
         assert_eq!(split_listen_prefix("::1", false), (ListenTls::Plain, "::1"));
+    }
+
+    #[test]
+    fn plain_non_loopback_listeners_without_a_password_are_exposed() {
+        let settings = |listen: &[&str], tls: bool, auth: bool| super::super::Settings {
+            listen: listen.iter().map(|s| s.to_string()).collect(),
+            tls: TlsOptions {
+                enabled: tls,
+                ..TlsOptions::default()
+            },
+            auth_file: auth.then(|| "users".into()),
+            ..super::super::Settings::default()
+        };
+        let exposed = |s: super::super::Settings| s.exposed_addrs().unwrap().len();
+        assert_eq!(
+            exposed(settings(&[], false, false)),
+            1,
+            "0.0.0.0 by default"
+        );
+        assert_eq!(exposed(settings(&["127.0.0.1", "::1"], false, false)), 0);
+        assert_eq!(exposed(settings(&["0.0.0.0"], true, false)), 0);
+        assert_eq!(exposed(settings(&["notls:0.0.0.0:1"], true, false)), 1);
+        assert_eq!(exposed(settings(&["0.0.0.0"], false, true)), 0);
     }
 
     #[test]
