@@ -128,6 +128,95 @@ fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
     Ok(entries)
 }
 
+/// `-S`: the `user:password` file `MEMCACHED_SASL_PWDB` names, as memcached's
+/// `--enable-sasl-pwdb` build reads it.
+pub fn sasl_pwdb() -> anyhow::Result<AuthFile> {
+    let Some(path) = std::env::var_os("MEMCACHED_SASL_PWDB") else {
+        anyhow::bail!("-S: set MEMCACHED_SASL_PWDB to the user:password file SASL PLAIN checks");
+    };
+    AuthFile::load(Path::new(&path))
+}
+
+/// The SASL mechanisms tern offers.
+const MECHANISMS: &[u8] = b"PLAIN";
+const SASL_LIST_MECHS: u8 = 0x20;
+const SASL_AUTH: u8 = 0x21;
+const SASL_STEP: u8 = 0x22;
+
+/// `-S`: an unauthenticated connection's binary frames, as memcached serves them: the mechanism
+/// list, `version`, and PLAIN authentication (`\0user\0password`, an authorization identity
+/// before the first NUL ignored) answer; a failed authentication answers `Auth failure.`
+/// (status 0x20) and may be retried; any other request gets status 0x20 and the connection is
+/// closed. Text is refused by closing the connection, unanswered.
+pub fn sasl_gate(auth: &AuthFile, input: &[u8], out: &mut impl Replies) -> Gate {
+    use tern_proto::binary::{self as bin, ResponseHeader, Status, HEADER_LEN};
+    let mut consumed = 0;
+    loop {
+        let rest = &input[consumed..];
+        if rest.is_empty() {
+            return Gate::Wait { consumed };
+        }
+        if rest[0] != bin::REQUEST_MAGIC {
+            return Gate::Refused;
+        }
+        if rest.len() < HEADER_LEN {
+            return Gate::Need {
+                need: consumed + HEADER_LEN,
+                exact: true,
+            };
+        }
+        let opcode = rest[1];
+        let key_len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
+        let extras_len = usize::from(rest[4]);
+        let body_len = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
+        let opaque = u32::from_be_bytes([rest[12], rest[13], rest[14], rest[15]]);
+        // No frame before authentication is large; a client claiming otherwise is refused.
+        if body_len > 64 * 1024 || key_len + extras_len > body_len {
+            bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+            return Gate::Refused;
+        }
+        let Some(frame) = rest.get(..HEADER_LEN + body_len) else {
+            return Gate::Need {
+                need: consumed + HEADER_LEN + body_len,
+                exact: true,
+            };
+        };
+        consumed += frame.len();
+        let key = &frame[HEADER_LEN + extras_len..HEADER_LEN + extras_len + key_len];
+        let value = &frame[HEADER_LEN + extras_len + key_len..];
+        let reply = |out: &mut Vec<u8>, body: &[u8]| {
+            ResponseHeader {
+                body_len: body.len() as u32,
+                ..ResponseHeader::new(opcode, Status::Success, opaque)
+            }
+            .write(out);
+            out.extend_from_slice(body);
+        };
+        match opcode {
+            SASL_LIST_MECHS => reply(out.buf(), MECHANISMS),
+            0x0b => bin::write_version(out.buf(), opaque, crate::ops::VERSION),
+            SASL_AUTH | SASL_STEP => {
+                auth.attempts.fetch_add(1, Ordering::Relaxed);
+                let mut fields = value.splitn(3, |&b| b == 0);
+                let (_authzid, user, password) = (fields.next(), fields.next(), fields.next());
+                let ok = opcode == SASL_AUTH
+                    && key == MECHANISMS
+                    && matches!((user, password), (Some(u), Some(p)) if auth.check(u, p));
+                if ok {
+                    reply(out.buf(), b"Authenticated");
+                    return Gate::Open { consumed };
+                }
+                auth.failures.fetch_add(1, Ordering::Relaxed);
+                bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+            }
+            _ => {
+                bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+                return Gate::Refused;
+            }
+        }
+    }
+}
+
 /// What the gate made of an unauthenticated connection's input.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Gate {
@@ -137,6 +226,9 @@ pub enum Gate {
     Need { need: usize, exact: bool },
     /// Refused (the reply was written): close once it is sent.
     Refused,
+    /// Still unauthenticated after answering the first `consumed` bytes (SASL: the mechanism
+    /// list, a failed attempt): wait for more.
+    Wait { consumed: usize },
 }
 
 /// Runs an unauthenticated connection's first request: the authenticating `set`, or a refusal.

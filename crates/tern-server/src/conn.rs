@@ -328,14 +328,23 @@ impl Conn {
             }
         }
         if !self.authenticated {
-            if let Some(auth) = &ops.shared.auth {
-                let mut out = ConnReplies {
-                    wbuf: &mut self.wbuf,
-                    wsent: self.wsent,
-                };
-                let input = &self.rbuf[self.rstart..self.rend];
-                match crate::auth::gate(auth, input, limits.max_line, &mut out) {
+            let mut out = ConnReplies {
+                wbuf: &mut self.wbuf,
+                wsent: self.wsent,
+            };
+            let input = &self.rbuf[self.rstart..self.rend];
+            let gate = match (&ops.shared.auth, &ops.shared.sasl) {
+                (Some(auth), _) => Some(crate::auth::gate(auth, input, limits.max_line, &mut out)),
+                (None, Some(sasl)) => Some(crate::auth::sasl_gate(sasl, input, &mut out)),
+                (None, None) => None,
+            };
+            if let Some(gate) = gate {
+                match gate {
                     crate::auth::Gate::Open { consumed } => self.rstart += consumed,
+                    crate::auth::Gate::Wait { consumed } => {
+                        self.rstart += consumed;
+                        return Some(false);
+                    }
                     crate::auth::Gate::Need { need, exact } => {
                         (self.need, self.need_exact) = (need, exact);
                         return Some(false);

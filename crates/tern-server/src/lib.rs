@@ -80,6 +80,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(auth::AuthFile::load(path)?),
         None => None,
     };
+    let sasl = match settings.enable_sasl {
+        true => Some(auth::sasl_pwdb()?),
+        false => None,
+    };
     for (addr, mode) in settings.listen_tls()? {
         let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
         for (worker, listener) in listeners.into_iter().enumerate() {
@@ -168,6 +172,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     shared.set_log_level = log_level;
     shared.tls = tls;
     shared.auth = auth;
+    shared.sasl = sasl;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).

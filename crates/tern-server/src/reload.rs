@@ -35,7 +35,7 @@ impl Reloader {
                 return Some(signal);
             }
             notify::reloading();
-            if let Some(auth) = &shared.auth {
+            for auth in [&shared.auth, &shared.sasl].into_iter().flatten() {
                 match auth.reload() {
                     Ok(users) => {
                         tracing::info!("SIGHUP: re-read {}: {users} users", auth.path.display())

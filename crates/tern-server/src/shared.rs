@@ -54,6 +54,8 @@ pub struct Shared {
     pub tls: Option<Arc<Tls>>,
     /// `-Y`: the users, and the authentication counters.
     pub auth: Option<AuthFile>,
+    /// `-S`: SASL PLAIN's users (`MEMCACHED_SASL_PWDB`), and the authentication counters.
+    pub sasl: Option<AuthFile>,
 }
 
 impl Shared {
@@ -83,6 +85,7 @@ impl Shared {
             watchers: Arc::default(),
             tls: None,
             auth: None,
+            sasl: None,
         }
     }
 }
@@ -158,7 +161,7 @@ impl Shared {
         };
         let auth_file = self.auth.as_ref().map(|a| a.path.display().to_string());
         [
-            ("auth_enabled_sasl", yes_no(false)),
+            ("auth_enabled_sasl", yes_no(self.sasl.is_some())),
             ("auth_enabled_ascii", auth_file.unwrap_or("no".into())),
             ("ssl_enabled", yes_no(t.enabled)),
             ("ssl_chain_cert", path(&t.chain_cert)),
@@ -185,12 +188,16 @@ impl Shared {
     /// `auth_errors`: those refused), then its TLS lines, present with `-Z` only
     /// (`ssl_new_sessions` with the session cache only).
     pub fn security_stats(&self) -> Vec<(String, String)> {
-        let (attempts, failures) = self.auth.as_ref().map_or((0, 0), |a| {
-            (
-                a.attempts.load(Ordering::Relaxed),
-                a.failures.load(Ordering::Relaxed),
-            )
-        });
+        let (attempts, failures) = self
+            .auth
+            .as_ref()
+            .or(self.sasl.as_ref())
+            .map_or((0, 0), |a| {
+                (
+                    a.attempts.load(Ordering::Relaxed),
+                    a.failures.load(Ordering::Relaxed),
+                )
+            });
         let mut lines = vec![
             ("auth_cmds".to_string(), attempts.to_string()),
             ("auth_errors".to_string(), failures.to_string()),

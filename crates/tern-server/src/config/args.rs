@@ -161,8 +161,9 @@ pub struct ServeArgs {
     /// connections over tern's workers (one SO_REUSEPORT socket each); place them with --pin.
     #[arg(short = 'N', long, visible_alias = "napi_ids", value_name = "N", help_heading = MEMCACHED_IGNORED)]
     pub napi_ids: Option<u32>,
-    /// SASL authentication (binary protocol): not supported yet.
-    #[arg(short = 'S', long, help_heading = NOT_SUPPORTED)]
+    /// SASL authentication for binary clients: mechanism PLAIN against the `user:password`
+    /// file named by the MEMCACHED_SASL_PWDB environment variable; text clients are refused.
+    #[arg(short = 'S', long)]
     pub enable_sasl: bool,
     /// Text-protocol authentication: clients first `set` any key with `<user> <password>` as its
     /// data; FILE holds `user:password` lines (the password may be an `$argon2id$` hash); read

@@ -57,6 +57,7 @@ pub(super) struct FileConfig {
     ssl_wbuf_size: Option<usize>,
     tls_handshake_timeout: Option<u64>,
     auth_file: Option<PathBuf>,
+    enable_sasl: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -138,6 +139,9 @@ impl Settings {
         }
         if f.auth_file.is_some() {
             self.auth_file = f.auth_file;
+        }
+        if let Some(on) = f.enable_sasl {
+            self.enable_sasl = on;
         }
         let tls = &mut self.tls;
         if let Some(on) = f.enable_ssl {

@@ -105,6 +105,8 @@ pub struct Settings {
     pub tls: TlsOptions,
     /// `-Y`: the `user:password` file text clients authenticate against.
     pub auth_file: Option<PathBuf>,
+    /// `-S`: binary clients authenticate with SASL PLAIN (users from `MEMCACHED_SASL_PWDB`).
+    pub enable_sasl: bool,
 }
 
 impl Default for Settings {
@@ -149,6 +151,7 @@ impl Default for Settings {
             ignored: Vec::new(),
             tls: TlsOptions::default(),
             auth_file: None,
+            enable_sasl: false,
         }
     }
 }
@@ -205,13 +208,10 @@ impl Settings {
     }
 
     fn apply_args(&mut self, a: &ServeArgs) -> anyhow::Result<()> {
-        let not_supported = [
-            (a.enable_sasl, "-S/--enable-sasl: SASL authentication"),
-            (
-                a.memory_file.is_some(),
-                "-e/--memory-file: a memory file kept across restarts",
-            ),
-        ];
+        let not_supported = [(
+            a.memory_file.is_some(),
+            "-e/--memory-file: a memory file kept across restarts",
+        )];
         for (given, what) in not_supported {
             if given {
                 bail!("{what} is not supported yet");
@@ -242,6 +242,7 @@ impl Settings {
         if a.auth_file.is_some() {
             self.auth_file = a.auth_file.clone();
         }
+        self.enable_sasl |= a.enable_sasl;
         if let Some(secs) = a.tls_handshake_timeout {
             self.tls.handshake_timeout_secs = secs;
         }
@@ -399,7 +400,10 @@ impl Settings {
         }
         let modes: Vec<ListenTls> = self.listen_tls()?.into_iter().map(|(_, m)| m).collect();
         self.tls.validate(&modes)?;
-        if self.auth_file.is_some() && self.udp_port != 0 {
+        if self.enable_sasl && self.auth_file.is_some() {
+            bail!("-S and -Y: choose one way to authenticate (SASL for binary, -Y for text)");
+        }
+        if (self.auth_file.is_some() || self.enable_sasl) && self.udp_port != 0 {
             bail!("-Y: UDP has no connection to authenticate; leave -U off with an auth file");
         }
         if self.tls.enabled && self.port == 0 {
@@ -762,12 +766,16 @@ mod tests {
     #[test]
     fn options_of_other_issues_are_refused_with_a_reason() {
         for (argv, says) in [
-            (
-                &["-S"][..],
-                "-S/--enable-sasl: SASL authentication is not supported yet",
-            ),
-            (&["-e", "/dev/shm/mc"], "-e/--memory-file"),
+            (&["-e", "/dev/shm/mc"][..], "-e/--memory-file"),
             (&["--enable-ssl"], "-Z: no certificate chain"),
+            (
+                &["-S", "-Y", "/etc/users"],
+                "choose one way to authenticate",
+            ),
+            (
+                &["-Y", "/etc/users", "-U", "11211"],
+                "UDP has no connection",
+            ),
         ] {
             assert!(error(argv).contains(says), "{argv:?}: {}", error(argv));
         }

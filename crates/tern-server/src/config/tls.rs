@@ -163,7 +163,7 @@ impl super::Settings {
     /// The listen addresses anyone on the network may reach and talk to: not loopback, not
     /// TLS, with no `-Y` password (docs/hardening.md).
     pub fn exposed_addrs(&self) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-        if self.auth_file.is_some() {
+        if self.auth_file.is_some() || self.enable_sasl {
             return Ok(Vec::new());
         }
         Ok(self
