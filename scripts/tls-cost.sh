@@ -36,7 +36,7 @@ for pipeline in 16 1; do
       out=$(taskset -c 1 $tern bench "${args[@]}" -t 1 -c 32 -p "$pipeline" -m get:8,set:2 \
         -v 256 -k 100000 --warmup 1s -d 5s)
       ops=$(awk '/throughput/ {print $2}' <<<"$out")
-      us=$(awk '/server cpu/ {print $4}' <<<"$out")
+      us=$(awk '/server cpu/ {print $5}' <<<"$out")
       echo "p$pipeline round $round $name: $ops ops/s, $us us/request"
       tput[$name,$pipeline]+="$ops "
       cpu[$name,$pipeline]+="$us "

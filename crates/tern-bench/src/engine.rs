@@ -206,7 +206,10 @@ impl<'p> Worker<'p> {
                 let mut socket = connect(target, udp, tls.as_ref())?;
                 let token = Token(conns.len());
                 match &mut socket {
-                    Socket::Tls(s) => poll.registry().register(&mut s.tcp, token, Interest::READABLE)?,
+                    Socket::Tls(s) => {
+                        poll.registry()
+                            .register(&mut s.tcp, token, Interest::READABLE)?
+                    }
                     Socket::Tcp(s) => poll.registry().register(s, token, Interest::READABLE)?,
                     Socket::Unix(s) => poll.registry().register(s, token, Interest::READABLE)?,
                     Socket::Udp(s) => poll.registry().register(s, token, Interest::READABLE)?,

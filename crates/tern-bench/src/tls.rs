@@ -17,7 +17,9 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 /// A client configuration trusting the PEM certificates in `ca`.
 pub fn client_config(ca: &Path) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).with_context(|| format!("--tls-ca {}", ca.display()))? {
+    for cert in
+        CertificateDer::pem_file_iter(ca).with_context(|| format!("--tls-ca {}", ca.display()))?
+    {
         roots.add(cert.with_context(|| format!("--tls-ca {}", ca.display()))?)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -39,7 +41,8 @@ impl TlsClient {
     /// Connects to `addr` (whose certificate must name its IP address), handshakes, and turns
     /// the socket non-blocking.
     pub fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> anyhow::Result<TlsClient> {
-        let mut tcp = std::net::TcpStream::connect(addr).with_context(|| format!("connect to {addr}"))?;
+        let mut tcp =
+            std::net::TcpStream::connect(addr).with_context(|| format!("connect to {addr}"))?;
         tcp.set_nodelay(true)?;
         let name = ServerName::IpAddress(addr.ip().into());
         let mut session = ClientConnection::new(config, name)?;

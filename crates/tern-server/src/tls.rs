@@ -315,6 +315,9 @@ impl Read for TlsStream {
     /// decrypted is there yet (mid-handshake, or half a record).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut filled = 0;
+        // A short read of the socket emptied it: the read that would only say WouldBlock is
+        // skipped, as for a plain socket (a new edge comes with new bytes).
+        let mut drained = false;
         loop {
             if filled == buf.len() {
                 return Ok(filled);
@@ -326,13 +329,24 @@ impl Read for TlsStream {
                     filled += n;
                     continue;
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && drained => {
+                    return if filled > 0 { Ok(filled) } else { Err(e) };
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 // The socket closed without close_notify: an end like any other for a cache.
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(filled),
                 Err(e) => return Err(e),
             }
-            match self.session.read_tls(&mut self.tcp) {
-                Ok(_) => self.process()?,
+            let mut probe = ShortReadProbe {
+                tcp: &mut self.tcp,
+                short: false,
+            };
+            match self.session.read_tls(&mut probe) {
+                Ok(n) => {
+                    // 0 is the end of the stream: the reader says so next.
+                    drained = probe.short && n > 0;
+                    self.process()?
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return if filled > 0 { Ok(filled) } else { Err(e) };
                 }
@@ -340,6 +354,20 @@ impl Read for TlsStream {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The socket as rustls reads it, noting whether a read came back short.
+struct ShortReadProbe<'a> {
+    tcp: &'a mut TcpStream,
+    short: bool,
+}
+
+impl Read for ShortReadProbe<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.tcp.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
     }
 }
 
