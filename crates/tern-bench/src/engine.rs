@@ -9,10 +9,13 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use mio::net::{TcpStream, UdpSocket, UnixStream};
+
+use crate::tls::TlsClient;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -68,6 +71,7 @@ enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
     Udp(UdpSocket),
+    Tls(Box<TlsClient>),
 }
 
 #[derive(Clone, Copy)]
@@ -108,8 +112,16 @@ struct Pending {
     due: u64,
 }
 
-fn connect(target: &Target, udp: bool) -> anyhow::Result<Socket> {
+fn connect(
+    target: &Target,
+    udp: bool,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<Socket> {
     Ok(match target {
+        Target::Tcp { addr, .. } if tls.is_some() && !udp => {
+            let config = tls.expect("checked").clone();
+            Socket::Tls(Box::new(TlsClient::connect(*addr, config)?))
+        }
         Target::Tcp { addr, .. } if udp => {
             let local = if addr.is_ipv4() {
                 "0.0.0.0:0"
@@ -185,11 +197,19 @@ impl<'p> Worker<'p> {
         let poll = Poll::new()?;
         let mut conns = Vec::new();
         let mut by_server = vec![Vec::new(); plan.targets.len()];
+        let tls = match &plan.tls_ca {
+            Some(ca) => Some(crate::tls::client_config(ca)?),
+            None => None,
+        };
         for (server, target) in plan.targets.iter().enumerate() {
             for _ in 0..plan.connections {
-                let mut socket = connect(target, udp)?;
+                let mut socket = connect(target, udp, tls.as_ref())?;
                 let token = Token(conns.len());
                 match &mut socket {
+                    Socket::Tls(s) => {
+                        poll.registry()
+                            .register(&mut s.tcp, token, Interest::READABLE)?
+                    }
                     Socket::Tcp(s) => poll.registry().register(s, token, Interest::READABLE)?,
                     Socket::Unix(s) => poll.registry().register(s, token, Interest::READABLE)?,
                     Socket::Udp(s) => poll.registry().register(s, token, Interest::READABLE)?,
@@ -412,6 +432,7 @@ impl<'p> Worker<'p> {
                 let written = match &mut conn.socket {
                     Socket::Tcp(s) => s.write(pending),
                     Socket::Unix(s) => s.write(pending),
+                    Socket::Tls(s) => s.write(pending),
                     Socket::Udp(_) => unreachable!("datagrams are sent as they are made"),
                 };
                 match written {
@@ -421,7 +442,14 @@ impl<'p> Worker<'p> {
                     Err(_) => Self::close(conn, &mut self.stats),
                 }
             }
-            let blocked = conn.open && conn.out_sent < conn.out.len();
+            // A TLS session's last records may still wait for the socket.
+            if let Socket::Tls(s) = &mut conn.socket {
+                if conn.open && s.flush().is_err() {
+                    Self::close(conn, &mut self.stats);
+                }
+            }
+            let tls_pending = matches!(&conn.socket, Socket::Tls(s) if s.pending_output());
+            let blocked = conn.open && (conn.out_sent < conn.out.len() || tls_pending);
             if conn.out_sent == conn.out.len() {
                 conn.out.clear();
                 conn.out_sent = 0;
@@ -435,6 +463,7 @@ impl<'p> Worker<'p> {
                 match &mut conn.socket {
                     Socket::Tcp(s) => registry.reregister(s, Token(ci), interest)?,
                     Socket::Unix(s) => registry.reregister(s, Token(ci), interest)?,
+                    Socket::Tls(s) => registry.reregister(&mut s.tcp, Token(ci), interest)?,
                     Socket::Udp(_) => unreachable!("datagrams are sent as they are made"),
                 }
                 conn.wants_writable = blocked;
@@ -483,6 +512,7 @@ impl<'p> Worker<'p> {
             let read = match &mut conn.socket {
                 Socket::Tcp(s) => s.read(buf),
                 Socket::Unix(s) => s.read(buf),
+                Socket::Tls(s) => s.read(buf),
                 Socket::Udp(_) => unreachable!("datagrams are read by read_datagrams"),
             };
             match read {

@@ -9,6 +9,7 @@ pub mod report;
 pub mod run;
 pub mod stats;
 pub mod studies;
+pub mod tls;
 pub mod workload;
 
 use std::io::Write;
@@ -60,6 +61,10 @@ pub struct WorkloadArgs {
     /// Send gets over UDP (ASCII get/multiget only; keys are preloaded over TCP).
     #[arg(long)]
     pub udp: bool,
+    /// Connect over TLS, trusting the CA certificates in this PEM file (the server's certificate
+    /// must name the address given with -s).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// Generator threads, one event loop each.
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -145,6 +150,9 @@ impl WorkloadArgs {
         );
         if !self.servers.is_empty() {
             w.servers = self.servers.clone();
+        }
+        if let Some(ca) = &self.tls_ca {
+            w.tls_ca = Some(ca.display().to_string());
         }
         if self.udp {
             w.transport = "udp".into();

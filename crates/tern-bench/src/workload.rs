@@ -16,6 +16,8 @@ use tern_proto::client::{Dialect, Op};
 pub struct Workload {
     /// `host:port` or a unix socket path; several servers are spread by ketama.
     pub servers: Vec<String>,
+    /// Connect over TLS, trusting the CA certificates in this PEM file (TCP servers only).
+    pub tls_ca: Option<String>,
     /// `ascii`, `meta` or `binary`.
     pub protocol: String,
     /// `tcp` or `udp` (udp: get and multiget only, ASCII, on the same port number).
@@ -58,6 +60,7 @@ impl Default for Workload {
     fn default() -> Self {
         Workload {
             servers: vec!["127.0.0.1:11211".into()],
+            tls_ca: None,
             protocol: "ascii".into(),
             transport: "tcp".into(),
             threads: 1,
@@ -174,6 +177,8 @@ pub struct Plan {
     pub targets: Vec<Target>,
     pub dialect: Dialect,
     pub udp: bool,
+    /// `tls_ca`: the CA file the TLS connections trust; `None`: plain connections.
+    pub tls_ca: Option<std::path::PathBuf>,
     pub threads: usize,
     pub connections: usize,
     pub pipeline: usize,
@@ -352,10 +357,18 @@ impl Plan {
             "poisson" => true,
             other => bail!("arrivals {other:?}: expected constant or poisson"),
         };
+        if w.tls_ca.is_some() {
+            ensure!(!udp, "TLS is for TCP connections, not UDP");
+            ensure!(
+                targets.iter().all(|t| matches!(t, Target::Tcp { .. })),
+                "TLS needs host:port servers"
+            );
+        }
         Ok(Plan {
             targets,
             dialect,
             udp,
+            tls_ca: w.tls_ca.as_ref().map(std::path::PathBuf::from),
             threads: w.threads,
             connections: w.connections,
             pipeline: w.pipeline,

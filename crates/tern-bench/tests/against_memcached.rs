@@ -141,3 +141,30 @@ fn server_cpu_is_found_from_the_port() {
     let sum = all.usr + all.sys + all.irq + all.softirq + all.iowait + all.steal + all.idle;
     assert!((sum - 100.0).abs() < 1.0, "split sums to {sum}");
 }
+
+#[test]
+fn tls_connections_count_every_reply() {
+    let certs = tern_testkit::tls::Certs::generate();
+    let o = format!(
+        "ssl_chain_cert={},ssl_key={}",
+        certs.path("server.pem"),
+        certs.path("server.key")
+    );
+    let mc = ServerProcess::memcached(&["-Z", "-o", &o]);
+    for protocol in ["ascii", "meta", "binary"] {
+        let w = Workload {
+            protocol: protocol.into(),
+            tls_ca: Some(certs.path("ca.pem")),
+            connections: 3,
+            pipeline: 16,
+            mix: "get:8,set:2".into(),
+            requests: Some(5_000),
+            ..workload(&format!("127.0.0.1:{}", mc.port))
+        };
+        let r = bench(&w);
+        assert_eq!(r.requests, 5_000, "{protocol}");
+        assert_eq!(r.errors_total, 0, "{protocol}: {:?}", r.counts.errors);
+        assert_eq!(r.counts.unanswered, 0, "{protocol}");
+        assert!(r.hit_ratio.unwrap() >= 0.999, "{protocol}");
+    }
+}

@@ -107,6 +107,8 @@ pub enum AdminCommand {
     Lru,
     /// `cache_memlimit <megabytes>`
     CacheMemlimit,
+    /// `refresh_certs`: reload the TLS certificate and key.
+    RefreshCerts,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -555,8 +557,9 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
                 args: Keys::new(&line[start..]),
             })
         }
-        b"watch" | b"lru_crawler" | b"slabs" | b"lru" | b"cache_memlimit" => {
+        b"watch" | b"lru_crawler" | b"slabs" | b"lru" | b"cache_memlimit" | b"refresh_certs" => {
             let command = match cmd {
+                b"refresh_certs" => AdminCommand::RefreshCerts,
                 b"watch" => AdminCommand::Watch,
                 b"lru_crawler" => AdminCommand::LruCrawler,
                 b"slabs" => AdminCommand::Slabs,

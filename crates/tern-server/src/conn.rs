@@ -75,6 +75,8 @@ pub struct Conn {
     watch_id: Option<u64>,
     /// Where a `lru_crawler metadump` stands: lines are produced as the client takes them.
     metadump: Option<DumpCursor>,
+    /// Passed `-Y`'s authentication (unused without it).
+    authenticated: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +136,7 @@ impl Conn {
             protocol: Protocol::Unknown,
             watch_id: None,
             metadump: None,
+            authenticated: false,
         }
     }
 
@@ -153,7 +156,7 @@ impl Conn {
     }
 
     pub fn has_unsent(&self) -> bool {
-        self.unsent() > 0
+        self.unsent() > 0 || self.stream.pending_output()
     }
 
     /// A get stopped between its keys is still to finish.
@@ -385,6 +388,36 @@ impl Conn {
                 return Some(false);
             }
         }
+        if !self.authenticated {
+            let mut out = ConnReplies {
+                wbuf: &mut self.wbuf,
+                wsent: self.wsent,
+            };
+            let input = &self.rbuf[self.rstart..self.rend];
+            let gate = match (&ops.shared.auth, &ops.shared.sasl) {
+                (Some(auth), _) => Some(crate::auth::gate(auth, input, limits.max_line, &mut out)),
+                (None, Some(sasl)) => Some(crate::auth::sasl_gate(sasl, input, &mut out)),
+                (None, None) => None,
+            };
+            if let Some(gate) = gate {
+                match gate {
+                    crate::auth::Gate::Open { consumed } => self.rstart += consumed,
+                    crate::auth::Gate::Wait { consumed } => {
+                        self.rstart += consumed;
+                        return Some(false);
+                    }
+                    crate::auth::Gate::Need { need, exact } => {
+                        (self.need, self.need_exact) = (need, exact);
+                        return Some(false);
+                    }
+                    crate::auth::Gate::Refused => {
+                        self.close_after_write = true;
+                        return Some(false);
+                    }
+                }
+            }
+            self.authenticated = true;
+        }
         let input = &self.rbuf[self.rstart..self.rend];
         if self.protocol == Protocol::Unknown {
             self.protocol = match (ops.shared.settings.protocol, input.first()) {
@@ -462,6 +495,8 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        // A TLS session's last records may still wait for the socket (has_unsent says so).
+        self.stream.flush()?;
         self.wbuf.clear();
         self.wsent = 0;
         Ok(())

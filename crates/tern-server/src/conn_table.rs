@@ -36,7 +36,9 @@ fn tcp_or_unix(addr: Option<SocketAddr>, unix: Option<String>) -> ConnAddr {
 impl ConnEntry {
     pub fn listener(listener: &Listener, started: u32) -> Option<ConnEntry> {
         let (fd, addr) = match listener {
-            Listener::Tcp(l) => (l.as_raw_fd(), ConnAddr::Tcp(l.local_addr().ok()?)),
+            Listener::Tcp(l) | Listener::Tls(l, _) => {
+                (l.as_raw_fd(), ConnAddr::Tcp(l.local_addr().ok()?))
+            }
             Listener::Unix(l) => (
                 l.as_raw_fd(),
                 ConnAddr::Unix(unix_path(l.local_addr().ok()?)),
@@ -51,13 +53,16 @@ impl ConnEntry {
     }
 
     pub fn client(stream: &Stream, now: u32) -> ConnEntry {
-        let (fd, addr, listen_addr) = match stream {
-            Stream::Tcp(s) => (
+        let (fd, addr, listen_addr) = match stream.tcp() {
+            Some(s) => (
                 s.as_raw_fd(),
                 tcp_or_unix(s.peer_addr().ok(), None),
                 Some(tcp_or_unix(s.local_addr().ok(), None)),
             ),
-            Stream::Unix(s) => {
+            None => {
+                let Stream::Unix(s) = stream else {
+                    unreachable!("every stream but a unix one is TCP")
+                };
                 let local = s.local_addr().ok().map(unix_path);
                 (
                     s.as_raw_fd(),

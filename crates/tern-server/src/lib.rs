@@ -14,6 +14,7 @@
 //! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads;
 //! - `restart`: `-e`, the memory file's metadata read at start and saved at a graceful stop.
 
+mod auth;
 mod binary;
 mod buffers;
 mod config;
@@ -32,6 +33,7 @@ mod reload;
 mod restart;
 mod shared;
 mod text;
+mod tls;
 mod udp;
 mod watch;
 mod worker;
@@ -63,18 +65,34 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut settings = Settings::from_args(&args)?;
     let log_level = init_logging(settings.verbose);
     settings.warn_ignored();
+    settings.warn_exposed()?;
     settings.absolutize_paths()?;
     let reloader = reload::Reloader::new(args)?;
 
     // Sockets first, so a port in use is reported on the terminal even with -d.
     let mut per_worker: Vec<Vec<net::Listener>> =
         (0..settings.threads).map(|_| Vec::new()).collect();
-    for addr in settings.listen_addrs()? {
+    // Certificates before anything else is bound or dropped (-u), as memcached reads them.
+    let tls = match settings.tls.enabled {
+        true => Some(Arc::new(
+            tls::Tls::load(&settings.tls).map_err(anyhow::Error::msg)?,
+        )),
+        false => None,
+    };
+    let auth = match &settings.auth_file {
+        Some(path) => Some(auth::AuthFile::load(path)?),
+        None => None,
+    };
+    let sasl = match settings.enable_sasl {
+        true => Some(auth::sasl_pwdb()?),
+        false => None,
+    };
+    for (addr, mode) in settings.listen_tls()? {
         let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
         for (worker, listener) in listeners.into_iter().enumerate() {
-            per_worker[worker].push(listener);
+            per_worker[worker].push(listener.with_tls(mode));
         }
-        tracing::info!("listening on {addr}");
+        tracing::info!("listening on {addr} ({mode:?})");
     }
     // UDP (-U) only when asked for: off by default, as a UDP port open to the world can be used
     // to reflect and amplify traffic at a spoofed source address.
@@ -161,6 +179,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     ));
     shared.set_log_level = log_level;
     shared.restore = restored;
+    shared.tls = tls;
+    shared.auth = auth;
+    shared.sasl = sasl;
     shared.worker_cpus = placement.worker_cpus();
     let shared = Arc::new(shared);
     // Its thread starts after -d forked (a fork keeps only the calling thread).

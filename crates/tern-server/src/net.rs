@@ -13,10 +13,14 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 use socket2::{Domain, Socket, Type};
 
-/// A client connection, over TCP or a unix socket.
+use crate::config::ListenTls;
+use crate::tls::{Tls, TlsStream};
+
+/// A client connection, over TCP (plain or TLS) or a unix socket.
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -29,7 +33,27 @@ impl Stream {
             Stream::Unix(s) => Box::new(std::os::unix::net::UnixStream::from(
                 s.as_fd().try_clone_to_owned()?,
             )),
+            // Log lines written past the TLS session would reach the client as garbage.
+            Stream::Tls(_) => return Err(io::ErrorKind::Unsupported.into()),
         })
+    }
+
+    /// The TCP socket under a plain or TLS stream.
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            Stream::Tls(s) => Some(&s.tcp),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// Encrypted bytes wait for the socket (TLS only): the connection wants writable edges.
+    #[inline]
+    pub fn pending_output(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.pending_output(),
+            _ => false,
+        }
     }
 }
 
@@ -39,6 +63,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -49,11 +74,17 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
 
+    /// Sends what a TLS session still holds; nothing to do for a plain socket.
+    #[inline]
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -62,6 +93,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
+            Stream::Tls(s) => s.tcp.register(r, t, i),
         }
     }
 
@@ -69,6 +101,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
+            Stream::Tls(s) => s.tcp.reregister(r, t, i),
         }
     }
 
@@ -76,6 +109,7 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+            Stream::Tls(s) => s.tcp.deregister(r),
         }
     }
 }
@@ -84,11 +118,14 @@ impl Source for Stream {
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+    /// TCP whose clients speak TLS (`-Z`; `mtls:` requires a client certificate).
+    Tls(TcpListener, ListenTls),
 }
 
 impl Listener {
-    /// Accepts one connection; `WouldBlock` when none is waiting.
-    pub fn accept(&self) -> io::Result<Stream> {
+    /// Accepts one connection; `WouldBlock` when none is waiting. A TLS listener's client
+    /// starts its handshake with `tls`.
+    pub fn accept(&self, tls: Option<&Tls>) -> io::Result<Stream> {
         match self {
             Listener::Tcp(l) => {
                 let (stream, _) = l.accept()?;
@@ -96,12 +133,26 @@ impl Listener {
                 Ok(Stream::Tcp(stream))
             }
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+            Listener::Tls(l, mode) => {
+                let (stream, _) = l.accept()?;
+                stream.set_nodelay(true)?;
+                let tls = tls.ok_or_else(|| io::Error::other("TLS listener without -Z"))?;
+                Ok(Stream::Tls(Box::new(tls.accept(stream, *mode)?)))
+            }
+        }
+    }
+
+    /// The same socket, serving `mode` (plain TCP stays as it is).
+    pub fn with_tls(self, mode: ListenTls) -> Listener {
+        match (self, mode) {
+            (Listener::Tcp(l), ListenTls::Tls | ListenTls::Mutual) => Listener::Tls(l, mode),
+            (listener, _) => listener,
         }
     }
 
     pub fn source(&mut self) -> &mut dyn Source {
         match self {
-            Listener::Tcp(l) => l,
+            Listener::Tcp(l) | Listener::Tls(l, _) => l,
             Listener::Unix(l) => l,
         }
     }

@@ -35,6 +35,14 @@ impl Reloader {
                 return Some(signal);
             }
             notify::reloading();
+            for auth in [&shared.auth, &shared.sasl].into_iter().flatten() {
+                match auth.reload() {
+                    Ok(users) => {
+                        tracing::info!("SIGHUP: re-read {}: {users} users", auth.path.display())
+                    }
+                    Err(err) => tracing::warn!("SIGHUP: {err:#}; the users loaded before stay"),
+                }
+            }
             let outcome = match self.reload(shared) {
                 Ok(outcome) => {
                     tracing::info!("SIGHUP: {outcome}");

@@ -13,10 +13,12 @@ use tern_admin::{
 };
 use tern_store::{Store, UnixSecs};
 
+use crate::auth::AuthFile;
 use crate::config::Settings;
 use crate::conn_table::ConnTables;
 use crate::prefix_stats::PrefixStats;
 use crate::recording::WorkerState;
+use crate::tls::Tls;
 use crate::watch::Watchers;
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
@@ -51,6 +53,12 @@ pub struct Shared {
     pub watchers: Arc<Watchers>,
     /// With `-e`: what the start restored, for `stats`.
     pub restore: Option<RestoreStats>,
+    /// `-Z`: the certificates and TLS counters.
+    pub tls: Option<Arc<Tls>>,
+    /// `-Y`: the users, and the authentication counters.
+    pub auth: Option<AuthFile>,
+    /// `-S`: SASL PLAIN's users (`MEMCACHED_SASL_PWDB`), and the authentication counters.
+    pub sasl: Option<AuthFile>,
 }
 
 impl Shared {
@@ -79,6 +87,9 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             watchers: Arc::default(),
             restore: None,
+            tls: None,
+            auth: None,
+            sasl: None,
         }
     }
 }
@@ -144,6 +155,75 @@ impl Shared {
         if let Some(file) = &s.memory_file {
             lines.push(("memory_file".into(), file.display().to_string()));
         }
+        lines.extend(self.tls_settings());
+        lines
+    }
+
+    /// memcached's `ssl_*` lines of `stats settings` (a path not given is `NULL`).
+    fn tls_settings(&self) -> Vec<(String, String)> {
+        let t = &self.settings.tls;
+        let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+        let path = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map_or("NULL".to_string(), |p| p.display().to_string())
+        };
+        let auth_file = self.auth.as_ref().map(|a| a.path.display().to_string());
+        [
+            ("auth_enabled_sasl", yes_no(self.sasl.is_some())),
+            ("auth_enabled_ascii", auth_file.unwrap_or("no".into())),
+            ("ssl_enabled", yes_no(t.enabled)),
+            ("ssl_chain_cert", path(&t.chain_cert)),
+            ("ssl_key", path(&t.key)),
+            ("ssl_verify_mode", t.verify_mode.to_string()),
+            ("ssl_keyformat", t.keyformat.to_string()),
+            ("ssl_ciphers", t.ciphers.clone().unwrap_or("NULL".into())),
+            ("ssl_ca_cert", path(&t.ca_cert)),
+            ("ssl_wbuf_size", t.wbuf_size.to_string()),
+            ("ssl_session_cache", yes_no(t.session_cache)),
+            ("ssl_kernel_tls", yes_no(false)),
+            ("ssl_min_version", t.min_version.name().to_string()),
+            (
+                "tls_handshake_timeout",
+                t.handshake_timeout_secs.to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
+    }
+
+    /// memcached's authentication lines of `stats` (`auth_cmds`: authenticating requests,
+    /// `auth_errors`: those refused), then its TLS lines, present with `-Z` only
+    /// (`ssl_new_sessions` with the session cache only).
+    pub fn security_stats(&self) -> Vec<(String, String)> {
+        let (attempts, failures) = self
+            .auth
+            .as_ref()
+            .or(self.sasl.as_ref())
+            .map_or((0, 0), |a| {
+                (
+                    a.attempts.load(Ordering::Relaxed),
+                    a.failures.load(Ordering::Relaxed),
+                )
+            });
+        let mut lines = vec![
+            ("auth_cmds".to_string(), attempts.to_string()),
+            ("auth_errors".to_string(), failures.to_string()),
+        ];
+        let Some(tls) = &self.tls else {
+            return lines;
+        };
+        let counters = &tls.counters;
+        if tls.options.session_cache {
+            let sessions = counters.new_sessions.load(Ordering::Relaxed);
+            lines.push(("ssl_new_sessions".into(), sessions.to_string()));
+        }
+        let errors = counters.handshake_errors.load(Ordering::Relaxed);
+        lines.push(("ssl_handshake_errors".into(), errors.to_string()));
+        lines.push((
+            "time_since_server_cert_refresh".into(),
+            tls.since_refresh().to_string(),
+        ));
         lines
     }
 }

@@ -231,6 +231,7 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                     }
                     Err(reply) => reply,
                 },
+                AdminCommand::RefreshCerts => ops.refresh_certs(),
                 AdminCommand::CacheMemlimit => {
                     let reply = ops.cache_memlimit(&words);
                     if words.last() == Some(&&b"noreply"[..]) {

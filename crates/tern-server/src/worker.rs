@@ -62,6 +62,8 @@ pub struct Worker {
     buffers: BufferPool,
     /// Connections that took buffers since the last sweep (`MAX_HOLDERS`).
     holders: Vec<usize>,
+    /// The server second of the last stalled-handshake check.
+    handshakes_checked: u32,
 }
 
 impl Worker {
@@ -108,6 +110,7 @@ impl Worker {
             idle_checked: 0,
             buffers: BufferPool::default(),
             holders: Vec::new(),
+            handshakes_checked: 0,
         })
     }
 
@@ -130,8 +133,8 @@ impl Worker {
                 Some(Duration::ZERO)
             } else if draining_since.is_some() || self.accept_paused {
                 Some(Duration::from_millis(50))
-            } else if self.shared.settings.idle_timeout_secs > 0 {
-                // -o idle_timeout: look for idle connections about once a second.
+            } else if self.shared.settings.idle_timeout_secs > 0 || self.shared.tls.is_some() {
+                // -o idle_timeout, and TLS handshakes that stall: look about once a second.
                 Some(Duration::from_secs(1))
             } else {
                 // Idle: sleep until something happens; no timer wakes an idle worker.
@@ -184,6 +187,7 @@ impl Worker {
             if self.shared.settings.idle_timeout_secs > 0 {
                 self.close_idle();
             }
+            self.close_stalled_handshakes();
             if draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
                 self.begin_drain();
                 draining_since = Some(Instant::now());
@@ -240,7 +244,7 @@ impl Worker {
             return;
         }
         loop {
-            let stream = match self.listeners[listener].accept() {
+            let stream = match self.listeners[listener].accept(self.shared.tls.as_deref()) {
                 Ok(stream) => stream,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -349,6 +353,36 @@ impl Worker {
         }
     }
 
+    /// TLS: closes connections still handshaking after `--tls-handshake-timeout`, so a client
+    /// that stalls mid-handshake holds a slot for that long and no more.
+    fn close_stalled_handshakes(&mut self) {
+        let Some(tls) = self.shared.tls.clone() else {
+            return;
+        };
+        let second = self.shared.store.clock().now();
+        if second == self.handshakes_checked {
+            return;
+        }
+        self.handshakes_checked = second;
+        let (now, limit) = (Instant::now(), tls.handshake_timeout());
+        let stalled: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, conn)| match &conn.as_ref()?.stream {
+                Stream::Tls(s) if s.handshake_stalled(now, limit) => Some(idx),
+                _ => None,
+            })
+            .collect();
+        for idx in stalled {
+            tracing::debug!(worker = self.id, conn = idx, "TLS handshake timed out");
+            tls.counters
+                .handshake_errors
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(idx);
+        }
+    }
+
     fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
         self.shared.conn_tables[self.id]
             .lock()
@@ -452,9 +486,9 @@ fn log_conn_event(shared: &Shared, stream: &Stream, fd: i32, event: &str, reason
     if !shared.watchers.watching(Kind::Connevents) {
         return;
     }
-    let (peer, transport) = match stream {
-        Stream::Tcp(s) => (s.peer_addr().ok(), "tcp"),
-        Stream::Unix(_) => (None, "local"),
+    let (peer, transport) = match stream.tcp() {
+        Some(s) => (s.peer_addr().ok(), "tcp"),
+        None => (None, "local"),
     };
     let (ip, port) = peer.map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
     shared.watchers.log(

@@ -365,6 +365,7 @@ fn stat_groups_answer_as_memcached_does() {
         "eviction",
         "worker_cpus",
         "numa_node",
+        "tls_handshake_timeout",
     ];
     for group in [&b"settings"[..], b"items"] {
         let ours = binary_stats(&mut t, group).unwrap();

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod binary;
 pub mod prometheus;
+pub mod tls;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
@@ -68,12 +69,34 @@ impl ServerProcess {
 
     /// Starts `tern serve -l 127.0.0.1 -p <port> <args>` on a port the caller chose (a planned
     /// one), and waits until it accepts.
+    ///
+    /// With `TERN_TEST_TLS=1` in the environment, tern serves TLS on a port of its own and a
+    /// relay in this process turns plain connections to `port` into TLS ones to it, so every
+    /// end-to-end test runs unchanged over TLS.
     pub fn tern_on_port(port: u16, args: &[&str]) -> ServerProcess {
+        if std::env::var_os("TERN_TEST_TLS").is_some_and(|v| v == "1") {
+            return Self::tern_behind_tls_relay(port, args);
+        }
         let mut cmd = Command::new(tern_bin());
         cmd.arg("serve")
             .args(["-l", "127.0.0.1", "-p", &port.to_string()])
             .args(args);
         Self::spawn(cmd, port)
+    }
+
+    fn tern_behind_tls_relay(port: u16, args: &[&str]) -> ServerProcess {
+        static CERTS: std::sync::OnceLock<tls::Certs> = std::sync::OnceLock::new();
+        let certs = CERTS.get_or_init(tls::Certs::generate);
+        let inner = free_port();
+        let mut cmd = Command::new(tern_bin());
+        cmd.arg("serve")
+            .args(["-l", "127.0.0.1", "-p", &inner.to_string()])
+            .args(certs.server_args(""))
+            .args(args);
+        let mut server = Self::spawn(cmd, inner);
+        tls::relay(port, inner, certs.client_config(None));
+        server.port = port;
+        server
     }
 
     /// Starts Debian's `memcached -l 127.0.0.1 -p <free port> <args>`, the reference peer.

@@ -9,7 +9,6 @@ use super::{extended, Protocol};
 
 const MEMCACHED_IGNORED: &str =
     "memcached options tern accepts and ignores (named in a start-up warning)";
-const NOT_SUPPORTED: &str = "memcached options not supported yet (refused at start)";
 const TERN: &str = "tern's own options";
 
 /// `tern serve`'s command line. Options left out come from `--memcached-conf FILE`, then
@@ -167,15 +166,26 @@ pub struct ServeArgs {
     /// connections over tern's workers (one SO_REUSEPORT socket each); place them with --pin.
     #[arg(short = 'N', long, visible_alias = "napi_ids", value_name = "N", help_heading = MEMCACHED_IGNORED)]
     pub napi_ids: Option<u32>,
-    /// SASL authentication (binary protocol): not supported yet.
-    #[arg(short = 'S', long, help_heading = NOT_SUPPORTED)]
+    /// SASL authentication for binary clients: mechanism PLAIN against the `user:password`
+    /// file named by the MEMCACHED_SASL_PWDB environment variable; text clients are refused.
+    #[arg(short = 'S', long)]
     pub enable_sasl: bool,
-    /// ASCII protocol authentication from a user:password file: not supported yet.
-    #[arg(short = 'Y', long, value_name = "FILE", help_heading = NOT_SUPPORTED)]
+    /// Text-protocol authentication: clients first `set` any key with `<user> <password>` as its
+    /// data; FILE holds `user:password` lines (the password may be an `$argon2id$` hash); read
+    /// again on SIGHUP.
+    #[arg(short = 'Y', long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
-    /// TLS: not supported yet.
-    #[arg(short = 'Z', long, help_heading = NOT_SUPPORTED)]
+    /// TLS on every TCP listener not prefixed `notls:` (`-l notls:ADDR:PORT` stays plain,
+    /// `-l mtls:ADDR:PORT` requires a client certificate); certificates and the rest from
+    /// `-o ssl_chain_cert=FILE,ssl_key=FILE,ssl_ca_cert=FILE,ssl_verify_mode=0..3,
+    /// ssl_min_version=tlsv1.2|tlsv1.3,ssl_ciphers=...,ssl_session_cache,ssl_wbuf_size=KB,
+    /// ssl_keyformat=PEM|DER`. `refresh_certs` reloads the certificate and key.
+    #[arg(short = 'Z', long)]
     pub enable_ssl: bool,
+    /// TLS: a client that has not finished its handshake after this many seconds is
+    /// disconnected, so a stalled client holds a connection slot and nothing more [default: 10].
+    #[arg(long, value_name = "SECS", help_heading = TERN)]
+    pub tls_handshake_timeout: Option<u64>,
     /// Serve the admin HTTP endpoint (/metrics, /stats, /health, /version, /settings,
     /// /hotkeys) on this TCP port, bound to the first listen address [default: off].
     #[arg(long, value_name = "PORT", help_heading = TERN)]

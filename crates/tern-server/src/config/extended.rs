@@ -39,6 +39,8 @@ enum Effect {
     Nothing,
     Ignored(Reason),
     Refused(&'static str),
+    /// An `ssl_*` option (`config::tls`).
+    Tls,
 }
 
 struct Opt {
@@ -60,7 +62,7 @@ const ANY: Value = Value::Number(f64::NEG_INFINITY, f64::INFINITY);
 const SLABS: Effect = Effect::Ignored(Reason::SlabClasses);
 const LRU: Effect = Effect::Ignored(Reason::Lru);
 const EXTSTORE: Effect = Effect::Ignored(Reason::Extstore);
-const NO_TLS: Effect = Effect::Refused("TLS is not supported yet");
+
 const NO_PROXY: Effect = Effect::Refused("tern is a cache, not memcached's proxy");
 
 /// Every extended option of memcached 1.6.45 (built with TLS, extstore and the proxy).
@@ -149,16 +151,20 @@ const OPTIONS: &[Opt] = &[
     opt("ext_max_sleep", Int(0, U32), EXTSTORE),
     opt("ext_max_frag", ANY, EXTSTORE),
     opt("ext_drop_unread", Flag, EXTSTORE),
-    opt("ssl_chain_cert", Text, NO_TLS),
-    opt("ssl_key", Text, NO_TLS),
-    opt("ssl_verify_mode", Text, NO_TLS),
-    opt("ssl_keyformat", Text, NO_TLS),
-    opt("ssl_ciphers", Text, NO_TLS),
-    opt("ssl_ca_cert", Text, NO_TLS),
-    opt("ssl_wbuf_size", Text, NO_TLS),
-    opt("ssl_session_cache", Flag, NO_TLS),
-    opt("ssl_kernel_tls", Flag, NO_TLS),
-    opt("ssl_min_version", Text, NO_TLS),
+    opt("ssl_chain_cert", Text, Effect::Tls),
+    opt("ssl_key", Text, Effect::Tls),
+    opt("ssl_verify_mode", Text, Effect::Tls),
+    opt("ssl_keyformat", Text, Effect::Tls),
+    opt("ssl_ciphers", Text, Effect::Tls),
+    opt("ssl_ca_cert", Text, Effect::Tls),
+    opt("ssl_wbuf_size", Text, Effect::Tls),
+    opt("ssl_session_cache", Flag, Effect::Tls),
+    opt(
+        "ssl_kernel_tls",
+        Flag,
+        Effect::Refused("kernel TLS offload is not supported: rustls encrypts in the worker"),
+    ),
+    opt("ssl_min_version", Text, Effect::Tls),
     opt("proxy_config", Text, NO_PROXY),
     opt("proxy_arg", Text, NO_PROXY),
     opt("proxy_uring", Flag, NO_PROXY),
@@ -195,6 +201,9 @@ pub(super) fn apply(settings: &mut Settings, arg: &str) -> anyhow::Result<()> {
             }
             Nothing => {}
             Effect::Ignored(reason) => settings.ignore(name, reason),
+            Effect::Tls => {
+                settings.tls.apply(name, value)?;
+            }
             Effect::Refused(_) => unreachable!("refused above"),
         }
     }
@@ -250,10 +259,11 @@ pub(super) fn help() -> String {
          applied in order. Unknown options are refused, as memcached refuses them.\n\
          Acting: maxconns_fast, no_maxconns_fast (also --maxconns-fast), idle_timeout=SECS (also \
          --idle-timeout), hashpower=12..32 (also --hashpower; shown in `stats settings`, the \
-         index grows by itself), no_modern (its no_maxconns_fast part).\n\
+         index grows by itself), no_modern (its no_maxconns_fast part), {} (with -Z).\n\
          Doing nothing, as in memcached 1.6: {}.\n\
          Accepted and ignored, named in a start-up warning:\n{ignored}\n\
          Refused:\n{refused}",
+        spelled(|e| matches!(e, Effect::Tls)),
         spelled(|e| matches!(e, Nothing)),
     )
 }

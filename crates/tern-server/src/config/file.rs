@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{parse_mask, parse_size, split_list, Protocol, Settings};
+use super::{parse_mask, parse_size, split_list, tls, Protocol, Settings};
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +46,19 @@ pub(super) struct FileConfig {
     eviction: Option<String>,
     pin: Option<String>,
     numa_node: Option<usize>,
+    enable_ssl: Option<bool>,
+    ssl_chain_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    ssl_ca_cert: Option<PathBuf>,
+    ssl_verify_mode: Option<u8>,
+    ssl_keyformat: Option<String>,
+    ssl_ciphers: Option<String>,
+    ssl_min_version: Option<String>,
+    ssl_session_cache: Option<bool>,
+    ssl_wbuf_size: Option<usize>,
+    tls_handshake_timeout: Option<u64>,
+    auth_file: Option<PathBuf>,
+    enable_sasl: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -127,6 +140,46 @@ impl Settings {
         }
         if let Some(path) = f.memory_file {
             self.memory_file = Some(path);
+        }
+        if f.auth_file.is_some() {
+            self.auth_file = f.auth_file;
+        }
+        if let Some(on) = f.enable_sasl {
+            self.enable_sasl = on;
+        }
+        let tls = &mut self.tls;
+        if let Some(on) = f.enable_ssl {
+            tls.enabled = on;
+        }
+        for (path, target) in [
+            (f.ssl_chain_cert, &mut tls.chain_cert),
+            (f.ssl_key, &mut tls.key),
+            (f.ssl_ca_cert, &mut tls.ca_cert),
+        ] {
+            if path.is_some() {
+                *target = path;
+            }
+        }
+        if let Some(mode) = f.ssl_verify_mode {
+            tls.verify_mode = tls::parse_verify_mode(&mode.to_string())?;
+        }
+        if let Some(format) = &f.ssl_keyformat {
+            tls.keyformat = tls::parse_keyformat(format)?;
+        }
+        if f.ssl_ciphers.is_some() {
+            tls.ciphers = f.ssl_ciphers;
+        }
+        if let Some(version) = &f.ssl_min_version {
+            tls.min_version = tls::TlsVersion::parse(version)?;
+        }
+        if let Some(on) = f.ssl_session_cache {
+            tls.session_cache = on;
+        }
+        if let Some(kb) = f.ssl_wbuf_size {
+            tls.wbuf_size = tls::parse_wbuf_kb(&kb.to_string())?;
+        }
+        if let Some(secs) = f.tls_handshake_timeout {
+            tls.handshake_timeout_secs = secs;
         }
         Ok(())
     }

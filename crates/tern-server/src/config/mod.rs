@@ -10,6 +10,7 @@ mod extended;
 mod file;
 mod ignored;
 mod memcached_conf;
+mod tls;
 
 use std::path::PathBuf;
 
@@ -21,6 +22,7 @@ use tern_tune::pin::PinSpec;
 pub use args::ServeArgs;
 use file::FileConfig;
 pub use ignored::{Ignored, Reason};
+pub use tls::{ListenTls, TlsOptions, TlsVersion};
 
 /// `-B`: the protocols a connection may speak.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -101,6 +103,12 @@ pub struct Settings {
     pub numa_node: Option<usize>,
     /// memcached options given that tern accepts and ignores, for [`Settings::warn_ignored`].
     pub ignored: Vec<Ignored>,
+    /// `-Z` and `-o ssl_*`.
+    pub tls: TlsOptions,
+    /// `-Y`: the `user:password` file text clients authenticate against.
+    pub auth_file: Option<PathBuf>,
+    /// `-S`: binary clients authenticate with SASL PLAIN (users from `MEMCACHED_SASL_PWDB`).
+    pub enable_sasl: bool,
 }
 
 impl Default for Settings {
@@ -144,6 +152,9 @@ impl Default for Settings {
             pin: None,
             numa_node: None,
             ignored: Vec::new(),
+            tls: TlsOptions::default(),
+            auth_file: None,
+            enable_sasl: false,
         }
     }
 }
@@ -200,19 +211,6 @@ impl Settings {
     }
 
     fn apply_args(&mut self, a: &ServeArgs) -> anyhow::Result<()> {
-        let not_supported = [
-            (a.enable_sasl, "-S/--enable-sasl: SASL authentication"),
-            (
-                a.auth_file.is_some(),
-                "-Y/--auth-file: ASCII authentication",
-            ),
-            (a.enable_ssl, "-Z/--enable-ssl: TLS"),
-        ];
-        for (given, what) in not_supported {
-            if given {
-                bail!("{what} is not supported yet");
-            }
-        }
         self.apply_ignored_flags(a)?;
         // -o first, so that the long flags naming the same settings win over it.
         for arg in &a.extended {
@@ -233,6 +231,14 @@ impl Settings {
         );
         if a.hashpower.is_some() {
             self.hashpower = a.hashpower;
+        }
+        self.tls.enabled |= a.enable_ssl;
+        if a.auth_file.is_some() {
+            self.auth_file = a.auth_file.clone();
+        }
+        self.enable_sasl |= a.enable_sasl;
+        if let Some(secs) = a.tls_handshake_timeout {
+            self.tls.handshake_timeout_secs = secs;
         }
         if a.admin_port.is_some() {
             self.admin_port = a.admin_port;
@@ -376,24 +382,40 @@ impl Settings {
         if let Some(power) = self.hashpower.filter(|p| !(12..=32).contains(p)) {
             bail!("hashpower {power}: memcached's hash power runs from 12 to 32");
         }
-        // memcached 1.6 can give each listener its own protocol, tag or TLS mode; tern's
-        // listeners are all alike.
-        let prefixed = ["notls:", "btls:", "mtls:", "proto[", "tag[", "tag_"];
+        // memcached 1.6 can give each listener its own protocol or tag too; tern's listeners
+        // differ only in TLS (`notls:`, `mtls:`).
+        let prefixed = ["btls:", "proto[", "tag[", "tag_"];
         if let Some(spec) = self
             .listen
             .iter()
             .find(|spec| prefixed.iter().any(|p| spec.starts_with(p)))
         {
             bail!(
-                "-l {spec}: per-listener TLS, protocol and tag prefixes are not supported (-B \
+                "-l {spec}: per-listener protocol and tag prefixes are not supported (-B \
                  sets the protocol for every listener)"
             );
+        }
+        let modes: Vec<ListenTls> = self.listen_tls()?.into_iter().map(|(_, m)| m).collect();
+        self.tls.validate(&modes)?;
+        if self.enable_sasl && self.auth_file.is_some() {
+            bail!("-S and -Y: choose one way to authenticate (SASL for binary, -Y for text)");
+        }
+        if (self.auth_file.is_some() || self.enable_sasl) && self.udp_port != 0 {
+            bail!("-Y: UDP has no connection to authenticate; leave -U off with an auth file");
+        }
+        if self.tls.enabled && self.port == 0 {
+            bail!("-Z: TLS needs a TCP port");
         }
         Ok(())
     }
 
     /// The addresses to listen on (`-l`, each with `-p` unless it names its own port).
     pub fn listen_addrs(&self) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+        Ok(self.listen_tls()?.into_iter().map(|(a, _)| a).collect())
+    }
+
+    /// [`Settings::listen_addrs`], each with its TLS mode (`-Z`, `notls:`, `mtls:`).
+    pub fn listen_tls(&self) -> anyhow::Result<Vec<(std::net::SocketAddr, ListenTls)>> {
         use std::net::ToSocketAddrs;
         let specs: Vec<String> = if self.listen.is_empty() {
             vec!["0.0.0.0".into()]
@@ -401,7 +423,8 @@ impl Settings {
             self.listen.clone()
         };
         let mut addrs = Vec::new();
-        for spec in &specs {
+        for full_spec in &specs {
+            let (mode, spec) = tls::split_listen_prefix(full_spec, self.tls.enabled);
             let resolved: Vec<_> = if let Ok(addr) = spec.parse::<std::net::SocketAddr>() {
                 vec![addr]
             } else if let Ok(ip) = spec.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
@@ -411,14 +434,14 @@ impl Settings {
                     .with_context(|| format!("-l {spec}: cannot resolve"))?
                     .collect()
             } else {
-                (spec.as_str(), self.port)
+                (spec, self.port)
                     .to_socket_addrs()
                     .with_context(|| format!("-l {spec}: cannot resolve"))?
                     .collect()
             };
             for addr in resolved {
-                if !addrs.contains(&addr) {
-                    addrs.push(addr);
+                if !addrs.iter().any(|(a, _)| *a == addr) {
+                    addrs.push((addr, mode));
                 }
             }
         }
@@ -438,6 +461,7 @@ impl Settings {
         fix(&mut self.pidfile);
         fix(&mut self.unix_socket);
         fix(&mut self.memory_file);
+        fix(&mut self.auth_file);
         Ok(())
     }
 }
@@ -687,7 +711,8 @@ mod tests {
             ("hot_max_factor=0", "above 0"),
             ("hash_algorithm=md5", "jenkins, murmur3, xxh3"),
             ("tail_repair_time=5", "from 10"),
-            ("ssl_key=/etc/key.pem", "TLS is not supported yet"),
+            ("ssl_kernel_tls", "kernel TLS offload is not supported"),
+            ("ssl_verify_mode=4", "expected 0 (none)"),
             ("ext_path=/mnt/flash:64G", "no external storage"),
             ("proxy_config=routelib", "not memcached's proxy"),
         ] {
@@ -739,14 +764,14 @@ mod tests {
     #[test]
     fn options_of_other_issues_are_refused_with_a_reason() {
         for (argv, says) in [
+            (&["--enable-ssl"][..], "-Z: no certificate chain"),
             (
-                &["-S"][..],
-                "-S/--enable-sasl: SASL authentication is not supported yet",
+                &["-S", "-Y", "/etc/users"],
+                "choose one way to authenticate",
             ),
-            (&["-Y", "/etc/auth"], "-Y/--auth-file"),
             (
-                &["--enable-ssl"],
-                "-Z/--enable-ssl: TLS is not supported yet",
+                &["-Y", "/etc/users", "-U", "11211"],
+                "UDP has no connection",
             ),
         ] {
             assert!(error(argv).contains(says), "{argv:?}: {}", error(argv));
@@ -933,9 +958,19 @@ mod tests {
     fn listen_lists_and_memcached_listener_prefixes() {
         let s = settings(&["-l", "127.0.0.1;127.0.0.2,127.0.0.3"]).unwrap();
         assert_eq!(s.listen, ["127.0.0.1", "127.0.0.2", "127.0.0.3"]);
-        for spec in ["notls:127.0.0.1:11211", "proto[ascii]:127.0.0.1:11211"] {
+        for spec in ["btls:127.0.0.1:11211", "proto[ascii]:127.0.0.1:11211"] {
             assert!(error(&["-l", spec]).contains("prefixes are not supported"));
         }
+        let s = settings(&[
+            "-Z",
+            "-o",
+            "ssl_chain_cert=c.pem",
+            "-l",
+            "notls:127.0.0.1:1,::1",
+        ])
+        .unwrap();
+        let modes: Vec<ListenTls> = s.listen_tls().unwrap().iter().map(|a| a.1).collect();
+        assert_eq!(modes, [ListenTls::Plain, ListenTls::Tls]);
     }
 
     #[test]

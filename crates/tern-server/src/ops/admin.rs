@@ -44,6 +44,22 @@ impl Ops<'_> {
         reply
     }
 
+    /// `refresh_certs`: the TLS certificate, key and CA files read again for new connections;
+    /// memcached's error lines when TLS is off or a file does not load.
+    pub fn refresh_certs(&self) -> AdminReply {
+        let reply = match &self.shared.tls {
+            None => AdminReply::Status("Error TLS not enabled"),
+            Some(tls) => match tls.refresh() {
+                Ok(()) => AdminReply::Ok,
+                Err(line) => {
+                    tracing::warn!("refresh_certs: {line}");
+                    AdminReply::Line(line)
+                }
+            },
+        };
+        self.admin_reply(reply)
+    }
+
     /// `lru_crawler crawl|enable|disable|sleep|tocrawl ...` (`metadump` streams: see
     /// [`Ops::metadump`]). tern reclaims expired items by whole segments, so a crawl has
     /// nothing to do; the crawler's settings are accepted.

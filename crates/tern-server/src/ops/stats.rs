@@ -63,7 +63,11 @@ impl Ops<'_> {
         let shared = self.shared;
         let lines = StatsReply::Lines;
         Ok(match words {
-            [] => lines(stats_text::stats_general(&shared.stats_snapshot())),
+            [] => {
+                let mut general = stats_text::stats_general(&shared.stats_snapshot());
+                general.extend(shared.security_stats());
+                lines(general)
+            }
             [b"reset"] => {
                 shared.reset_stats();
                 shared.prefix_stats.clear();

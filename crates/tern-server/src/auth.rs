@@ -1,0 +1,379 @@
+//! `-Y/--auth-file`: memcached's text-protocol authentication. Until a connection authenticates,
+//! its first request must be the authenticating `set <key> <flags> <exptime> <len>` whose data is
+//! `<user> <password>`; anything else, in any wire format (classic, meta or binary), is answered
+//! `CLIENT_ERROR unauthenticated` and the connection closed, as memcached does. The check runs
+//! once per connection, at the serve loop's entry (`conn.rs` calls [`gate`]), so no wire format
+//! needs one of its own.
+//!
+//! The file holds `user:password` lines, as memcached reads them; beyond memcached, the password
+//! may be an argon2 hash in PHC form (`user:$argon2id$v=19$m=...`). Passwords are compared in
+//! constant time; the file is read again on SIGHUP.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use argon2::{Argon2, PasswordVerifier};
+use subtle::ConstantTimeEq;
+use tern_proto::ascii::{self, Command, Frame, StoreKind};
+
+use crate::framing::Replies;
+
+/// memcached's limits on an auth file: its size and an entry's length.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+const MAX_ENTRY: usize = 255;
+
+pub const UNAUTHENTICATED: &[u8] = b"CLIENT_ERROR unauthenticated\r\n";
+pub const FAILURE: &[u8] = b"CLIENT_ERROR authentication failure\r\n";
+
+enum Secret {
+    Plain(Vec<u8>),
+    /// An argon2 hash in PHC form (`$argon2id$...`).
+    Hashed(String),
+}
+
+struct Entry {
+    user: Vec<u8>,
+    secret: Secret,
+}
+
+/// The users of `-Y`, and the `auth_cmds` / `auth_errors` counters.
+pub struct AuthFile {
+    pub path: PathBuf,
+    entries: RwLock<Vec<Entry>>,
+    pub attempts: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+impl AuthFile {
+    pub fn load(path: &Path) -> anyhow::Result<AuthFile> {
+        Ok(AuthFile {
+            path: path.to_path_buf(),
+            entries: RwLock::new(read(path)?),
+            attempts: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        })
+    }
+
+    /// SIGHUP: the file read again; on an error the users already loaded stay.
+    pub fn reload(&self) -> anyhow::Result<usize> {
+        let entries = read(&self.path)?;
+        let users = entries.len();
+        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
+        Ok(users)
+    }
+
+    /// Whether `user` and `password` match an entry. Every entry is compared, each in constant
+    /// time, so the time taken says nothing about which user exists or how much of a password
+    /// was right (an argon2 entry costs its hash's time, whichever user names it).
+    pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        let mut matched = subtle::Choice::from(0);
+        for entry in entries.iter() {
+            let same_user = entry.user.ct_eq(user);
+            let right = match &entry.secret {
+                Secret::Plain(expected) => expected.ct_eq(password),
+                Secret::Hashed(phc) if bool::from(same_user) => subtle::Choice::from(u8::from(
+                    Argon2::default()
+                        .verify_password(password, phc.as_str())
+                        .is_ok(),
+                )),
+                Secret::Hashed(_) => subtle::Choice::from(0),
+            };
+            matched |= same_user & right;
+        }
+        bool::from(matched)
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("-Y {shown}: {e}"))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        anyhow::bail!("-Y {shown}: the auth file is larger than {MAX_FILE_BYTES} bytes");
+    }
+    let text = std::fs::read(path).map_err(|e| anyhow::anyhow!("-Y {shown}: {e}"))?;
+    let mut entries = Vec::new();
+    for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        if line.len() > MAX_ENTRY {
+            anyhow::bail!(
+                "-Y {shown}: line {} is longer than {MAX_ENTRY} bytes",
+                n + 1
+            );
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            anyhow::bail!("-Y {shown}: line {} is not user:password", n + 1);
+        };
+        let (user, secret) = (&line[..colon], &line[colon + 1..]);
+        let secret = match std::str::from_utf8(secret) {
+            Ok(phc) if phc.starts_with("$argon2") => {
+                if argon2::password_hash::phc::PasswordHash::new(phc).is_err() {
+                    anyhow::bail!("-Y {shown}: line {}: not a valid argon2 hash", n + 1);
+                }
+                Secret::Hashed(phc.to_string())
+            }
+            _ => Secret::Plain(secret.to_vec()),
+        };
+        entries.push(Entry {
+            user: user.to_vec(),
+            secret,
+        });
+    }
+    Ok(entries)
+}
+
+/// `-S`: the `user:password` file `MEMCACHED_SASL_PWDB` names, as memcached's
+/// `--enable-sasl-pwdb` build reads it.
+pub fn sasl_pwdb() -> anyhow::Result<AuthFile> {
+    let Some(path) = std::env::var_os("MEMCACHED_SASL_PWDB") else {
+        anyhow::bail!("-S: set MEMCACHED_SASL_PWDB to the user:password file SASL PLAIN checks");
+    };
+    AuthFile::load(Path::new(&path))
+}
+
+/// The SASL mechanisms tern offers.
+const MECHANISMS: &[u8] = b"PLAIN";
+const SASL_LIST_MECHS: u8 = 0x20;
+const SASL_AUTH: u8 = 0x21;
+const SASL_STEP: u8 = 0x22;
+
+/// `-S`: an unauthenticated connection's binary frames, as memcached serves them: the mechanism
+/// list, `version`, and PLAIN authentication (`\0user\0password`, an authorization identity
+/// before the first NUL ignored) answer; a failed authentication answers `Auth failure.`
+/// (status 0x20) and may be retried; any other request gets status 0x20 and the connection is
+/// closed. Text is refused by closing the connection, unanswered.
+pub fn sasl_gate(auth: &AuthFile, input: &[u8], out: &mut impl Replies) -> Gate {
+    use tern_proto::binary::{self as bin, ResponseHeader, Status, HEADER_LEN};
+    let mut consumed = 0;
+    loop {
+        let rest = &input[consumed..];
+        if rest.is_empty() {
+            return Gate::Wait { consumed };
+        }
+        if rest[0] != bin::REQUEST_MAGIC {
+            return Gate::Refused;
+        }
+        if rest.len() < HEADER_LEN {
+            return Gate::Need {
+                need: consumed + HEADER_LEN,
+                exact: true,
+            };
+        }
+        let opcode = rest[1];
+        let key_len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
+        let extras_len = usize::from(rest[4]);
+        let body_len = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
+        let opaque = u32::from_be_bytes([rest[12], rest[13], rest[14], rest[15]]);
+        // No frame before authentication is large; a client claiming otherwise is refused.
+        if body_len > 64 * 1024 || key_len + extras_len > body_len {
+            bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+            return Gate::Refused;
+        }
+        let Some(frame) = rest.get(..HEADER_LEN + body_len) else {
+            return Gate::Need {
+                need: consumed + HEADER_LEN + body_len,
+                exact: true,
+            };
+        };
+        consumed += frame.len();
+        let key = &frame[HEADER_LEN + extras_len..HEADER_LEN + extras_len + key_len];
+        let value = &frame[HEADER_LEN + extras_len + key_len..];
+        let reply = |out: &mut Vec<u8>, body: &[u8]| {
+            ResponseHeader {
+                body_len: body.len() as u32,
+                ..ResponseHeader::new(opcode, Status::Success, opaque)
+            }
+            .write(out);
+            out.extend_from_slice(body);
+        };
+        match opcode {
+            SASL_LIST_MECHS => reply(out.buf(), MECHANISMS),
+            0x0b => bin::write_version(out.buf(), opaque, crate::ops::VERSION),
+            SASL_AUTH | SASL_STEP => {
+                auth.attempts.fetch_add(1, Ordering::Relaxed);
+                let mut fields = value.splitn(3, |&b| b == 0);
+                let (_authzid, user, password) = (fields.next(), fields.next(), fields.next());
+                let ok = opcode == SASL_AUTH
+                    && key == MECHANISMS
+                    && matches!((user, password), (Some(u), Some(p)) if auth.check(u, p));
+                if ok {
+                    reply(out.buf(), b"Authenticated");
+                    return Gate::Open { consumed };
+                }
+                auth.failures.fetch_add(1, Ordering::Relaxed);
+                bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+            }
+            _ => {
+                bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+                return Gate::Refused;
+            }
+        }
+    }
+}
+
+/// What the gate made of an unauthenticated connection's input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Authenticated by the first `consumed` bytes (`STORED` was written).
+    Open { consumed: usize },
+    /// The authenticating request is not all here: `need` bytes in all.
+    Need { need: usize, exact: bool },
+    /// Refused (the reply was written): close once it is sent.
+    Refused,
+    /// Still unauthenticated after answering the first `consumed` bytes (SASL: the mechanism
+    /// list, a failed attempt): wait for more.
+    Wait { consumed: usize },
+}
+
+/// Runs an unauthenticated connection's first request: the authenticating `set`, or a refusal.
+pub fn gate(auth: &AuthFile, input: &[u8], max_line: usize, out: &mut impl Replies) -> Gate {
+    if input.first() == Some(&tern_proto::binary::REQUEST_MAGIC) {
+        // memcached answers a binary client of a -Y server in text, then hangs up.
+        out.buf().extend_from_slice(UNAUTHENTICATED);
+        return Gate::Refused;
+    }
+    let (line, command) = match ascii::parse(input, max_line) {
+        Frame::Incomplete => {
+            return Gate::Need {
+                need: input.len() + 1,
+                exact: false,
+            }
+        }
+        Frame::LineTooLong => {
+            out.buf().extend_from_slice(UNAUTHENTICATED);
+            return Gate::Refused;
+        }
+        Frame::Line { consumed, parsed } => (consumed, parsed),
+    };
+    let Ok(Command::Store {
+        kind: StoreKind::Set,
+        bytes,
+        noreply,
+        ..
+    }) = command
+    else {
+        out.buf().extend_from_slice(UNAUTHENTICATED);
+        return Gate::Refused;
+    };
+    let Some(block) = ascii::data_block(&input[line..], bytes) else {
+        return Gate::Need {
+            need: line + bytes + 2,
+            exact: true,
+        };
+    };
+    auth.attempts.fetch_add(1, Ordering::Relaxed);
+    let credentials = block.unwrap_or_default();
+    let mut words = credentials.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let ok = match (words.next(), words.next()) {
+        (Some(user), Some(password)) => auth.check(user, password),
+        _ => false,
+    };
+    if ok {
+        // pymemcache sends its sets with noreply by default.
+        if !noreply {
+            out.buf().extend_from_slice(ascii::STORED);
+        }
+        Gate::Open {
+            consumed: line + bytes + 2,
+        }
+    } else {
+        auth.failures.fetch_add(1, Ordering::Relaxed);
+        out.buf().extend_from_slice(FAILURE);
+        Gate::Refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use argon2::PasswordHasher;
+
+    use super::*;
+
+    struct Out(Vec<u8>);
+    impl Replies for Out {
+        fn buf(&mut self) -> &mut Vec<u8> {
+            &mut self.0
+        }
+    }
+
+    fn file(text: &str) -> (AuthFile, PathBuf) {
+        let path =
+            std::env::temp_dir().join(format!("tern-auth-{}-{}", std::process::id(), text.len()));
+        std::fs::write(&path, text).unwrap();
+        (AuthFile::load(&path).unwrap(), path)
+    }
+
+    #[test]
+    fn plain_and_argon2_entries_check_their_passwords() {
+        let hash = Argon2::default()
+            .hash_password(b"h4sh")
+            .unwrap()
+            .to_string();
+        let (auth, path) = file(&format!("alice:secret\r\nbob:{hash}\n\n"));
+        assert!(auth.check(b"alice", b"secret"));
+        assert!(!auth.check(b"alice", b"secre"));
+        assert!(!auth.check(b"alice", b"h4sh"));
+        assert!(auth.check(b"bob", b"h4sh"));
+        assert!(
+            !auth.check(b"bob", hash.as_bytes()),
+            "the hash is no password"
+        );
+        assert!(!auth.check(b"carol", b"secret"));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn the_gate_takes_the_authenticating_set_and_refuses_the_rest() {
+        let (auth, path) = file("alice:secret\n");
+        let mut out = Out(Vec::new());
+        let input = b"set k 0 0 12\r\nalice secret\r\nget k\r\n";
+        assert_eq!(
+            gate(&auth, &input[..10], 1024, &mut out),
+            Gate::Need {
+                need: 11,
+                exact: false
+            }
+        );
+        assert_eq!(
+            gate(&auth, &input[..20], 1024, &mut out),
+            Gate::Need {
+                need: 28,
+                exact: true
+            }
+        );
+        assert_eq!(
+            gate(&auth, input, 1024, &mut out),
+            Gate::Open { consumed: 28 }
+        );
+        assert_eq!(out.0, b"STORED\r\n");
+        for refused in [
+            &b"get k\r\n"[..],
+            b"mg k v\r\n",
+            b"add k 0 0 12\r\nalice secret\r\n",
+        ] {
+            let mut out = Out(Vec::new());
+            assert_eq!(gate(&auth, refused, 1024, &mut out), Gate::Refused);
+            assert_eq!(out.0, UNAUTHENTICATED);
+        }
+        let mut out = Out(Vec::new());
+        let quiet = b"set k 0 0 12 noreply\r\nalice secret\r\n";
+        let consumed = quiet.len();
+        assert_eq!(gate(&auth, quiet, 1024, &mut out), Gate::Open { consumed });
+        assert!(out.0.is_empty(), "noreply");
+        let mut out = Out(Vec::new());
+        assert_eq!(
+            gate(&auth, b"set k 0 0 9\r\nalice bad\r\n", 1024, &mut out),
+            Gate::Refused
+        );
+        assert_eq!(out.0, FAILURE);
+        assert_eq!(auth.attempts.load(Ordering::Relaxed), 3);
+        assert_eq!(auth.failures.load(Ordering::Relaxed), 1);
+        std::fs::remove_file(path).unwrap();
+    }
+}
