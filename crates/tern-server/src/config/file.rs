@@ -40,6 +40,7 @@ pub(super) struct FileConfig {
     user: Option<String>,
     pidfile: Option<PathBuf>,
     memory_file: Option<PathBuf>,
+    takeover_socket: Option<PathBuf>,
     admin_port: Option<u16>,
     hotkey_sample_rate: Option<u32>,
     hotkey_window: Option<u64>,
@@ -127,6 +128,9 @@ impl Settings {
         }
         if let Some(path) = f.memory_file {
             self.memory_file = Some(path);
+        }
+        if let Some(path) = f.takeover_socket {
+            self.takeover_socket = Some(path);
         }
         Ok(())
     }
