@@ -135,13 +135,18 @@ fn client(port: u16, id: u64, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
         } else if reply == b"END\r\n" {
             tally.misses.fetch_add(1, Ordering::Relaxed);
         } else {
-            eprintln!("unexpected reply to {key}: {:?}", String::from_utf8_lossy(&reply));
+            eprintln!(
+                "unexpected reply to {key}: {:?}",
+                String::from_utf8_lossy(&reply)
+            );
             tally.errors.fetch_add(1, Ordering::Relaxed);
         }
         let micros = due.elapsed().as_micros() as u64;
         tally.worst_micros.fetch_max(micros, Ordering::Relaxed);
         if !tally.handing_over.load(Ordering::Relaxed) {
-            tally.worst_micros_before.fetch_max(micros, Ordering::Relaxed);
+            tally
+                .worst_micros_before
+                .fetch_max(micros, Ordering::Relaxed);
         }
         tally.served.fetch_add(1, Ordering::Relaxed);
         due += interval;
@@ -242,7 +247,11 @@ fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
 
     let mut check = new.connect();
     let stats = check.stats("stats\r\n");
-    assert_eq!(stats["pid"], new.pid().to_string(), "the new process serves");
+    assert_eq!(
+        stats["pid"],
+        new.pid().to_string(),
+        "the new process serves"
+    );
     let written = tally.written.lock().unwrap();
     // What the old one held when it saved: the keys stored before, and the sets it answered
     // before the hand-over (those answered after went to the new one).
@@ -267,12 +276,19 @@ fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
         tally.worst_micros.load(Ordering::Relaxed),
         tally.worst_micros_before.load(Ordering::Relaxed),
     );
-    assert_eq!(tally.refused.load(Ordering::Relaxed), 0, "refused connections");
+    assert_eq!(
+        tally.refused.load(Ordering::Relaxed),
+        0,
+        "refused connections"
+    );
     assert_eq!(tally.errors.load(Ordering::Relaxed), 0, "error replies");
     assert_eq!(tally.misses.load(Ordering::Relaxed), 0, "misses");
     // Every client's first connection was to the old process, which closed it.
     assert!(reconnects >= CLIENTS, "{reconnects} reconnects");
-    assert!(!dir.join("tern.mem.meta").exists(), "the new one cleared the clean mark");
+    assert!(
+        !dir.join("tern.mem.meta").exists(),
+        "the new one cleared the clean mark"
+    );
     drop(check);
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);
@@ -286,7 +302,9 @@ fn takeover_with_no_running_server_starts_as_usual() {
     let mut cmd = Command::new(tern_bin());
     cmd.args(serve_args(port, &dir, "1")).arg("--takeover");
     let server = ServerProcess::spawn(cmd, port);
-    server.connect().expect(b"version\r\n", tern_server::VERSION_REPLY.as_bytes());
+    server
+        .connect()
+        .expect(b"version\r\n", tern_server::VERSION_REPLY.as_bytes());
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
