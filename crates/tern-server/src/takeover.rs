@@ -13,6 +13,7 @@
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,6 +55,13 @@ pub fn offer(
     remove_stale_socket(path);
     let listener = UnixListener::bind(path)
         .with_context(|| format!("--takeover-socket: cannot listen on {}", path.display()))?;
+    // Whoever connects can stop this server: only its own user may.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).with_context(|| {
+        format!(
+            "--takeover-socket: cannot set mode 600 on {}",
+            path.display()
+        )
+    })?;
     let successor = Arc::new(Mutex::new(None));
     let chosen = successor.clone();
     std::thread::Builder::new()

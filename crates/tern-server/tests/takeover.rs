@@ -200,6 +200,13 @@ fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
     let mut old_cmd = Command::new(tern_bin());
     old_cmd.args(serve_args(port, &dir, "2"));
     let mut old = ServerProcess::spawn(old_cmd, port);
+    // Whoever connects to the control socket can stop the server: its user only.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("takeover.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the control socket's mode");
     let mut setup = old.connect();
     for i in 0..KEYS {
         let key = format!("stored:{i}");
