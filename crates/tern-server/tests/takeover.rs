@@ -315,3 +315,65 @@ fn takeover_with_no_running_server_starts_as_usual() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The unix socket (`-s`) and the admin endpoint's socket are handed over too, and a new
+/// process with fewer workers than the old takes every TCP socket (some workers two); the
+/// unix socket's file stays (the old one does not remove it), the pidfile is the new one's.
+#[test]
+fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
+    let dir = scratch("sockets");
+    let port = free_port();
+    let admin_port = free_port().to_string();
+    let unix = dir.join("tern.sock");
+    let pidfile = dir.join("tern.pid");
+    let args = |threads: &str| {
+        let mut args = serve_args(port, &dir, threads);
+        let extra = ["-s", unix.to_str().unwrap(), "--admin-port", &admin_port];
+        args.extend(extra.map(String::from));
+        args.extend(["-P".to_string(), pidfile.display().to_string()]);
+        args
+    };
+    let mut old_cmd = Command::new(tern_bin());
+    old_cmd.args(args("3"));
+    let mut old = ServerProcess::spawn(old_cmd, port);
+    old.connect().expect(b"set k 3 0 1\r\nv\r\n", b"STORED\r\n");
+
+    let new_child = Command::new(tern_bin())
+        .args(args("1"))
+        .arg("--takeover")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let new = ServerProcess {
+        child: new_child,
+        port,
+    };
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    // Every one of the old process's three sockets is accepted from: connections spread over
+    // them by the kernel's SO_REUSEPORT hash, so a socket nobody accepted from would hang one.
+    for _ in 0..30 {
+        new.connect()
+            .expect(b"get k\r\n", b"VALUE k 3 1\r\nv\r\nEND\r\n");
+    }
+    let mut over_unix = std::os::unix::net::UnixStream::connect(&unix).unwrap();
+    over_unix.set_read_timeout(Some(PATIENCE)).unwrap();
+    over_unix.write_all(b"get k\r\n").unwrap();
+    let mut reply = [0; 21];
+    over_unix.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"VALUE k 3 1\r\nv\r\nEND\r\n");
+    let (status, _, body) = tern_testkit::http_get(
+        ("127.0.0.1", admin_port.parse::<u16>().unwrap()),
+        "/metrics",
+    );
+    assert_eq!(status, 200);
+    assert!(!body.is_empty());
+    let written = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(
+        written.trim(),
+        new.pid().to_string(),
+        "the pidfile names the new process"
+    );
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
