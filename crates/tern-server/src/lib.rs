@@ -12,7 +12,8 @@
 //!   endpoint's source); `recording`: each worker's counters; `conn_table`: `stats conns`' sockets;
 //! - `placement`: `--pin` and `--numa-node`; `process`: daemonize, pidfile, `-u`, `-k`;
 //! - `notify`: systemd's readiness protocol; `reload`: what SIGHUP re-reads;
-//! - `restart`: `-e`, the memory file's metadata read at start and saved at a graceful stop.
+//! - `restart`: `-e`, the memory file's metadata read at start and saved at a graceful stop;
+//!   `takeover`: the live hand-over of the listening sockets to a new process.
 
 mod auth;
 mod binary;
@@ -32,12 +33,14 @@ mod recording;
 mod reload;
 mod restart;
 mod shared;
+mod takeover;
 mod text;
 mod tls;
 mod udp;
 mod watch;
 mod worker;
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -67,11 +70,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     settings.warn_ignored();
     settings.warn_exposed()?;
     settings.absolutize_paths()?;
+    let taking_over = args.takeover;
     let reloader = reload::Reloader::new(args)?;
 
-    // Sockets first, so a port in use is reported on the terminal even with -d.
-    let mut per_worker: Vec<Vec<net::Listener>> =
-        (0..settings.threads).map(|_| Vec::new()).collect();
     // Certificates before anything else is bound or dropped (-u), as memcached reads them.
     let tls = match settings.tls.enabled {
         true => Some(Arc::new(
@@ -87,10 +88,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         true => Some(auth::sasl_pwdb()?),
         false => None,
     };
+    // Before any socket or the memory file: the old server's sockets come over, and its items
+    // are saved once this returns.
+    let mut inherited = match (taking_over, &settings.takeover_socket) {
+        (false, _) => None,
+        (true, Some(path)) => takeover::take_over(path)?,
+        (true, None) => anyhow::bail!("--takeover needs --takeover-socket PATH"),
+    };
+    // Sockets first, so a port in use is reported on the terminal even with -d.
+    let mut per_worker: Vec<Vec<net::Listener>> =
+        (0..settings.threads).map(|_| Vec::new()).collect();
     for (addr, mode) in settings.listen_tls()? {
-        let listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
-        for (worker, listener) in listeners.into_iter().enumerate() {
-            per_worker[worker].push(listener.with_tls(mode));
+        let mut listeners = match &mut inherited {
+            Some(inherited) => inherited.tcp(addr, settings.threads, settings.listen_backlog)?,
+            None => Vec::new(),
+        };
+        if listeners.is_empty() {
+            listeners = net::bind_tcp(addr, settings.threads, settings.listen_backlog)?;
+        }
+        // An old server with more workers handed over more sockets: some workers take two.
+        for (i, listener) in listeners.into_iter().enumerate() {
+            per_worker[i % settings.threads].push(listener.with_tls(mode));
         }
         tracing::info!("listening on {addr} ({mode:?})");
     }
@@ -116,25 +134,51 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &settings.unix_socket {
         // One listener suffices: unix clients are local and few.
-        per_worker[0].push(net::bind_unix(path, settings.unix_mask)?);
+        let listener = match inherited.as_mut().and_then(|i| i.unix(path)) {
+            Some(listener) => listener,
+            None => net::bind_unix(path, settings.unix_mask)?,
+        };
+        per_worker[0].push(listener);
         tracing::info!("listening on {}", path.display());
     }
     let admin_listener = match settings.admin_port {
         Some(port) => {
             // On the (first) listen address, so the endpoint is as reachable as the cache.
             let addr = std::net::SocketAddr::new(settings.listen_addrs()?[0].ip(), port);
-            let listener = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("--admin-port {port}: cannot listen on {addr}"))?;
-            Some(listener)
+            match inherited.as_mut().and_then(|i| i.admin(addr)) {
+                Some(listener) => Some(listener),
+                None => Some(
+                    std::net::TcpListener::bind(addr)
+                        .with_context(|| format!("--admin-port {port}: cannot listen on {addr}"))?,
+                ),
+            }
         }
         None => None,
+    };
+    if let Some(inherited) = inherited {
+        inherited.close_unclaimed();
+    }
+    // Duplicates of every listening socket, for a successor's hand-over.
+    let handover_sockets = match settings.takeover_socket {
+        Some(_) => per_worker
+            .iter()
+            .flatten()
+            .map(|l| l.as_fd().try_clone_to_owned())
+            .chain(
+                admin_listener
+                    .iter()
+                    .map(|l| l.as_fd().try_clone_to_owned()),
+            )
+            .collect::<std::io::Result<Vec<OwnedFd>>>()
+            .context("--takeover-socket: duplicating the listening sockets")?,
+        None => Vec::new(),
     };
 
     if settings.daemon {
         process::daemonize(settings.verbose > 0)?;
     }
     // As root: pidfile and memory locking first, then drop to the -u user.
-    let _pidfile = match &settings.pidfile {
+    let pidfile = match &settings.pidfile {
         Some(path) => Some(process::PidFile::create(path)?),
         None => None,
     };
@@ -172,6 +216,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP])
         .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
+    // After -d forked (its thread would not survive the fork).
+    let offered = match &settings.takeover_socket {
+        Some(path) => {
+            let stop = signals.handle();
+            Some(takeover::offer(path, handover_sockets, move || {
+                stop.close()
+            })?)
+        }
+        None => None,
+    };
     let mut shared = Shared::new(settings, store);
     shared.store.observe_evictions(watch::observe_evictions(
         shared.watchers.clone(),
@@ -225,7 +279,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let signal = reloader.until_stopped(&mut signals, &shared);
     notify::stopping();
-    tracing::info!(?signal, "stopping: no new connections, finishing replies");
+    let handed_over = offered.as_ref().is_some_and(takeover::Offered::handed_over);
+    if handed_over {
+        tracing::info!("handing over: no new connections, finishing replies");
+    } else {
+        tracing::info!(?signal, "stopping: no new connections, finishing replies");
+    }
     shared.shutdown.store(true, Ordering::SeqCst);
     for waker in &wakers {
         waker.wake()?;
@@ -238,8 +297,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(file) = &shared.settings.memory_file {
         restart::save(&shared.store, file)?;
     }
-    if let Some(path) = unix_socket {
+    // The successor serves on the unix socket now, and writes its own pidfile once told.
+    if let Some(path) = unix_socket.filter(|_| !handed_over) {
         let _ = std::fs::remove_file(path);
+    }
+    drop(pidfile);
+    if let Some(offered) = offered {
+        offered.finish();
     }
     Ok(ExitCode::SUCCESS)
 }

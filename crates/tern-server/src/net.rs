@@ -122,6 +122,15 @@ pub enum Listener {
     Tls(TcpListener, ListenTls),
 }
 
+impl std::os::fd::AsFd for Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) | Listener::Tls(l, _) => l.as_fd(),
+            Listener::Unix(l) => l.as_fd(),
+        }
+    }
+}
+
 impl Listener {
     /// Accepts one connection; `WouldBlock` when none is waiting. A TLS listener's client
     /// starts its handshake with `tls`.
@@ -166,7 +175,13 @@ pub fn bind_tcp(addr: SocketAddr, workers: usize, backlog: i32) -> anyhow::Resul
     Socket::new(Domain::for_address(addr), Type::STREAM, None)
         .and_then(|probe| probe.bind(&addr.into()))
         .with_context(|| format!("cannot listen on {addr}"))?;
-    (0..workers)
+    join_tcp(addr, workers, backlog)
+}
+
+/// Binds `count` more SO_REUSEPORT listening sockets on `addr`, joining those already there
+/// (a hand-over's inherited ones, when the new process has more workers than the old).
+pub fn join_tcp(addr: SocketAddr, count: usize, backlog: i32) -> anyhow::Result<Vec<Listener>> {
+    (0..count)
         .map(|_| {
             let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
             socket.set_reuse_address(true)?;

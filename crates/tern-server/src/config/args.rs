@@ -67,6 +67,16 @@ pub struct ServeArgs {
     /// live item [default: none, the cache starts empty].
     #[arg(short = 'e', long, value_name = "FILE")]
     pub memory_file: Option<PathBuf>,
+    /// Control socket for a live hand-over (docs/restart.md): a new tern started with
+    /// --takeover and the same PATH receives this server's listening sockets, then this server
+    /// stops accepting, answers what it has read, saves (-e) and exits 0 [default: none].
+    #[arg(long, value_name = "PATH")]
+    pub takeover_socket: Option<PathBuf>,
+    /// Take over from the tern listening on --takeover-socket: its listening sockets (so no
+    /// connection is refused) and, with -e, its items once it has saved them. Starts as usual
+    /// when no server is there.
+    #[arg(long)]
+    pub takeover: bool,
     /// Worker threads, each with its own event loop [default: 4].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,

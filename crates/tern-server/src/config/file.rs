@@ -40,6 +40,7 @@ pub(super) struct FileConfig {
     user: Option<String>,
     pidfile: Option<PathBuf>,
     memory_file: Option<PathBuf>,
+    takeover_socket: Option<PathBuf>,
     admin_port: Option<u16>,
     hotkey_sample_rate: Option<u32>,
     hotkey_window: Option<u64>,
@@ -180,6 +181,9 @@ impl Settings {
         }
         if let Some(secs) = f.tls_handshake_timeout {
             tls.handshake_timeout_secs = secs;
+        }
+        if let Some(path) = f.takeover_socket {
+            self.takeover_socket = Some(path);
         }
         Ok(())
     }

@@ -91,6 +91,8 @@ pub struct Settings {
     pub pidfile: Option<PathBuf>,
     /// `-e`: the item heap is a shared mapping of this file, kept across graceful restarts.
     pub memory_file: Option<PathBuf>,
+    /// `--takeover-socket`: where a successor asks this server for a live hand-over.
+    pub takeover_socket: Option<PathBuf>,
     /// The admin HTTP endpoint's port; `None`: no endpoint.
     pub admin_port: Option<u16>,
     /// Mean requests per hot-key sample; 0: hot keys not tracked.
@@ -145,6 +147,7 @@ impl Default for Settings {
             user: None,
             pidfile: None,
             memory_file: None,
+            takeover_socket: None,
             admin_port: None,
             hotkey_sample_rate: 64,
             hotkey_window_secs: 10,
@@ -280,6 +283,9 @@ impl Settings {
         }
         if a.memory_file.is_some() {
             self.memory_file = a.memory_file.clone();
+        }
+        if a.takeover_socket.is_some() {
+            self.takeover_socket = a.takeover_socket.clone();
         }
         Ok(())
     }
@@ -462,6 +468,7 @@ impl Settings {
         fix(&mut self.unix_socket);
         fix(&mut self.memory_file);
         fix(&mut self.auth_file);
+        fix(&mut self.takeover_socket);
         Ok(())
     }
 }
