@@ -73,6 +73,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let taking_over = args.takeover;
     let reloader = reload::Reloader::new(args)?;
 
+    // Before any socket is bound: a client (or a test) that sees the port open may signal at
+    // once, and the default action would kill the server unsaved. Nothing is lost until `run`
+    // reads them; SIGUSR1 is memcached's graceful stop. (No thread: -d's fork keeps them.)
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP])
+        .context("installing signal handlers")?;
     // Certificates before anything else is bound or dropped (-u), as memcached reads them.
     let tls = match settings.tls.enabled {
         true => Some(Arc::new(
@@ -211,10 +216,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => (Store::new(store_config, clock.clone())?, None),
     };
     report_heap(&store, settings.enable_largepages);
-    // Registered before any worker runs, so a signal is never lost. SIGUSR1 is memcached's
-    // graceful stop.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP])
-        .context("installing signal handlers")?;
     let unix_socket = settings.unix_socket.clone();
     // After -d forked (its thread would not survive the fork).
     let offered = match &settings.takeover_socket {
