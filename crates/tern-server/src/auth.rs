@@ -226,8 +226,8 @@ pub enum Gate {
     Need { need: usize, exact: bool },
     /// Refused (the reply was written): close once it is sent.
     Refused,
-    /// Still unauthenticated after answering the first `consumed` bytes (SASL: the mechanism
-    /// list, a failed attempt): wait for more.
+    /// Still unauthenticated after answering the first `consumed` bytes (never 0: a refused
+    /// line, a failed attempt, SASL's mechanism list): the next request goes to the gate too.
     Wait { consumed: usize },
 }
 
@@ -258,8 +258,10 @@ pub fn gate(auth: &AuthFile, input: &[u8], max_line: usize, out: &mut impl Repli
         ..
     }) = command
     else {
+        // As memcached: the line is answered and the connection stays, so the client may
+        // still authenticate (a data block after a refused line reads as lines of its own).
         out.buf().extend_from_slice(UNAUTHENTICATED);
-        return Gate::Refused;
+        return Gate::Wait { consumed: line };
     };
     let Some(block) = ascii::data_block(&input[line..], bytes) else {
         return Gate::Need {
@@ -285,7 +287,9 @@ pub fn gate(auth: &AuthFile, input: &[u8], max_line: usize, out: &mut impl Repli
     } else {
         auth.failures.fetch_add(1, Ordering::Relaxed);
         out.buf().extend_from_slice(FAILURE);
-        Gate::Refused
+        Gate::Wait {
+            consumed: line + bytes + 2,
+        }
     }
 }
 

@@ -388,35 +388,36 @@ impl Conn {
                 return Some(false);
             }
         }
-        if !self.authenticated {
+        while !self.authenticated {
             let mut out = ConnReplies {
                 wbuf: &mut self.wbuf,
                 wsent: self.wsent,
             };
             let input = &self.rbuf[self.rstart..self.rend];
+            if input.is_empty() {
+                return Some(false);
+            }
             let gate = match (&ops.shared.auth, &ops.shared.sasl) {
-                (Some(auth), _) => Some(crate::auth::gate(auth, input, limits.max_line, &mut out)),
-                (None, Some(sasl)) => Some(crate::auth::sasl_gate(sasl, input, &mut out)),
-                (None, None) => None,
+                (Some(auth), _) => crate::auth::gate(auth, input, limits.max_line, &mut out),
+                (None, Some(sasl)) => crate::auth::sasl_gate(sasl, input, &mut out),
+                (None, None) => crate::auth::Gate::Open { consumed: 0 },
             };
-            if let Some(gate) = gate {
-                match gate {
-                    crate::auth::Gate::Open { consumed } => self.rstart += consumed,
-                    crate::auth::Gate::Wait { consumed } => {
-                        self.rstart += consumed;
-                        return Some(false);
-                    }
-                    crate::auth::Gate::Need { need, exact } => {
-                        (self.need, self.need_exact) = (need, exact);
-                        return Some(false);
-                    }
-                    crate::auth::Gate::Refused => {
-                        self.close_after_write = true;
-                        return Some(false);
-                    }
+            match gate {
+                crate::auth::Gate::Open { consumed } => {
+                    self.rstart += consumed;
+                    self.authenticated = true;
+                }
+                // Every request waiting in the buffer is answered in this turn.
+                crate::auth::Gate::Wait { consumed } => self.rstart += consumed,
+                crate::auth::Gate::Need { need, exact } => {
+                    (self.need, self.need_exact) = (need, exact);
+                    return Some(false);
+                }
+                crate::auth::Gate::Refused => {
+                    self.close_after_write = true;
+                    return Some(false);
                 }
             }
-            self.authenticated = true;
         }
         let input = &self.rbuf[self.rstart..self.rend];
         if self.protocol == Protocol::Unknown {
