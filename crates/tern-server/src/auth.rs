@@ -356,15 +356,26 @@ mod tests {
             Gate::Open { consumed: 28 }
         );
         assert_eq!(out.0, b"STORED\r\n");
-        for refused in [
-            &b"get k\r\n"[..],
-            b"mg k v\r\n",
-            b"add k 0 0 12\r\nalice secret\r\n",
+        // A refused line is answered and consumed alone; the connection waits for more.
+        for (refused, line) in [
+            (&b"get k\r\n"[..], 7),
+            (b"mg k v\r\n", 8),
+            (b"add k 0 0 12\r\nalice secret\r\n", 14),
         ] {
             let mut out = Out(Vec::new());
-            assert_eq!(gate(&auth, refused, 1024, &mut out), Gate::Refused);
+            assert_eq!(
+                gate(&auth, refused, 1024, &mut out),
+                Gate::Wait { consumed: line }
+            );
             assert_eq!(out.0, UNAUTHENTICATED);
         }
+        let mut out = Out(Vec::new());
+        assert_eq!(
+            gate(&auth, &[0x80, 0x0a, 0, 0], 1024, &mut out),
+            Gate::Refused,
+            "a binary frame closes"
+        );
+        assert_eq!(out.0, UNAUTHENTICATED);
         let mut out = Out(Vec::new());
         let quiet = b"set k 0 0 12 noreply\r\nalice secret\r\n";
         let consumed = quiet.len();
@@ -373,7 +384,7 @@ mod tests {
         let mut out = Out(Vec::new());
         assert_eq!(
             gate(&auth, b"set k 0 0 9\r\nalice bad\r\n", 1024, &mut out),
-            Gate::Refused
+            Gate::Wait { consumed: 24 }
         );
         assert_eq!(out.0, FAILURE);
         assert_eq!(auth.attempts.load(Ordering::Relaxed), 3);
