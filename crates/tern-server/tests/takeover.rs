@@ -183,6 +183,19 @@ fn serve_args(port: u16, dir: &Path, threads: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Starts a tern that takes over from the one serving `port`. Not waited for as
+/// `ServerProcess::spawn` waits: the port accepts already (the old server's sockets).
+fn take_over(port: u16, args: Vec<String>) -> ServerProcess {
+    let child = Command::new(tern_bin())
+        .args(args)
+        .arg("--takeover")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    ServerProcess { child, port }
+}
+
 /// Waits until `done` holds, failing the test after [`PATIENCE`].
 fn await_until(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + PATIENCE;
@@ -231,17 +244,7 @@ fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
         tally.served.load(Ordering::Relaxed) >= RATE
     });
     tally.handing_over.store(true, Ordering::Relaxed);
-    let new_child = Command::new(tern_bin())
-        .args(serve_args(port, &dir, "3"))
-        .arg("--takeover")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let new = ServerProcess {
-        child: new_child,
-        port,
-    };
+    let new = take_over(port, serve_args(port, &dir, "3"));
     assert!(old.wait_exit().success(), "the old server exits 0");
     let at_hand_over = tally.served.load(Ordering::Relaxed);
     await_until("load on the new server", || {
@@ -338,17 +341,7 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
     let mut old = ServerProcess::spawn(old_cmd, port);
     old.connect().expect(b"set k 3 0 1\r\nv\r\n", b"STORED\r\n");
 
-    let new_child = Command::new(tern_bin())
-        .args(args("1"))
-        .arg("--takeover")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let new = ServerProcess {
-        child: new_child,
-        port,
-    };
+    let new = take_over(port, args("1"));
     assert!(old.wait_exit().success(), "the old server exits 0");
     // Every one of the old process's three sockets is accepted from: connections spread over
     // them by the kernel's SO_REUSEPORT hash, so a socket nobody accepted from would hang one.
