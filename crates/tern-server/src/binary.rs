@@ -126,7 +126,15 @@ fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
         Command::Get { key, with_key } => {
             let echo = with_key.then_some(key);
             let found = ops.get(Cmd::Get, key, None, |item| {
-                bin::write_value(out, opcode, opaque, item.cas, item.flags, echo, item.value)
+                bin::write_value(
+                    out,
+                    opcode,
+                    opaque,
+                    item.cas(),
+                    item.flags,
+                    echo,
+                    item.value,
+                )
             });
             if found.is_err() && !bin::reply_suppressed(opcode, Status::KeyNotFound) {
                 bin::write_miss(out, opcode, opaque, echo);
@@ -139,7 +147,15 @@ fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
         } => {
             let echo = with_key.then_some(key);
             let found = ops.get(Cmd::Gat, key, Some(expiry(ops, exptime)), |item| {
-                bin::write_value(out, opcode, opaque, item.cas, item.flags, echo, item.value)
+                bin::write_value(
+                    out,
+                    opcode,
+                    opaque,
+                    item.cas(),
+                    item.flags,
+                    echo,
+                    item.value,
+                )
             });
             if found.is_err() && !bin::reply_suppressed(opcode, Status::KeyNotFound) {
                 bin::write_miss(out, opcode, opaque, echo);
@@ -148,7 +164,7 @@ fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
         Command::Touch { key, exptime } => {
             // memcached's Touch reply carries the flags but not the value.
             let found = ops.get(Cmd::Touch, key, Some(expiry(ops, exptime)), |item| {
-                bin::write_value(out, opcode, opaque, item.cas, item.flags, None, &[])
+                bin::write_value(out, opcode, opaque, item.cas(), item.flags, None, &[])
             });
             if found.is_err() {
                 bin::write_error(out, opcode as u8, opaque, Status::KeyNotFound);

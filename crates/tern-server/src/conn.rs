@@ -7,8 +7,6 @@
 
 use std::io::{self, Read, Write};
 
-use std::time::Instant;
-
 use tern_store::DumpCursor;
 
 use crate::buffers::{BufferPool, BUFFER};
@@ -254,7 +252,7 @@ impl Conn {
         }
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
-        let started = (self.rstart < self.rend).then(Instant::now);
+        let started = (self.rstart < self.rend).then(crate::recording::monotonic_nanos);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits);
         let flushed = served.is_some() && self.flush(ops).is_ok();

@@ -104,7 +104,7 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
             marks.win_sent = true;
         }
         let info = ItemInfo {
-            cas: item.cas,
+            cas: item.cas(),
             client_flags: item.flags,
             size: item.value.len(),
             ttl: item.expiry.remaining(now),
@@ -140,7 +140,7 @@ fn set(ops: &Ops<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out: &mut 
             // With `C`, replace is a compare-and-swap like set (NF when missing).
             (SetMode::Set | SetMode::Replace, Some(want)) if !f.invalidate => StoreOp::Cas(want),
             (SetMode::Set | SetMode::Replace, Some(want)) => {
-                let old = store.get(key, |item| (item.cas, item.expiry, item.win_sent));
+                let old = store.get(key, |item| (item.cas(), item.expiry, item.win_sent));
                 match old {
                     Ok((cas, expiry, win_sent)) if want < cas => {
                         ttl = expiry;
@@ -207,7 +207,7 @@ fn delete(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         if f.remove_value {
             // `x`: keep the item (flags, TTL) with an empty value. With `C`, the rewrite is a
             // compare-and-swap on the version whose flags and TTL were read.
-            match store.get(key, |item| (item.flags, item.expiry, item.cas)) {
+            match store.get(key, |item| (item.flags, item.expiry, item.cas())) {
                 Err(_) => Err(Refused::NotFound),
                 Ok((_, _, cas)) if want.is_some_and(|want| want != cas) => Err(Refused::Exists),
                 Ok((flags, expiry, cas)) => {
@@ -301,7 +301,7 @@ fn debug(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let info = ops.get(Cmd::Admin, key, None, |item| DebugInfo {
         exp: item.expiry.remaining(now).map_or(-1, i64::from),
         last_access: u64::from(now.saturating_sub(item.last_access)),
-        cas: item.cas,
+        cas: item.cas(),
         fetched: item.fetched,
         class: 0,
         size: (key.len() + item.value.len()) as u64,

@@ -325,7 +325,7 @@ fn get(
                 key,
                 item.flags,
                 item.value,
-                with_cas.then_some(item.cas),
+                with_cas.then(|| item.cas()),
             )
         });
     }

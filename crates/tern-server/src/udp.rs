@@ -15,7 +15,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use anyhow::Context;
 use mio::net::UdpSocket;
@@ -96,7 +95,7 @@ impl UdpServer {
                     break;
                 }
             };
-            started.get_or_insert_with(Instant::now);
+            started.get_or_insert_with(crate::recording::monotonic_nanos);
             ops.worker.metrics.read_bytes(len as u64);
             let request = &self.request[..len];
             // memcached ignores datagrams with no payload and requests of several datagrams.

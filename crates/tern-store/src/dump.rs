@@ -64,7 +64,7 @@ impl Store {
                 key: h.key(bytes),
                 expiry: Expiry(h.expiry),
                 last_access: created + item::decode_age(h.access),
-                cas: self.segs.cas_of(loc, &h),
+                cas: self.segs.cas_of(loc, h.cas),
                 fetched: h.has(item::FETCHED),
                 flags: h.flags,
                 value_len: h.value_len,

@@ -716,7 +716,7 @@ mod tests {
     /// Value, flags, CAS and deadline of `key`.
     fn read(s: &Store, key: &[u8]) -> Result<(Vec<u8>, u32, u64, Option<UnixSecs>), Miss> {
         s.get(key, |i| {
-            (i.value.to_vec(), i.flags, i.cas, i.expiry.deadline())
+            (i.value.to_vec(), i.flags, i.cas(), i.expiry.deadline())
         })
     }
 

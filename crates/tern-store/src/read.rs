@@ -6,6 +6,7 @@ use crate::segments::get32;
 use crate::shard::{Found, Key, Shard, Version};
 use crate::store::Store;
 use crate::ttl::raise_max_expiry;
+use crate::types::CasSource;
 use crate::{Expiry, ItemView, Marks, Miss, UnixSecs};
 
 impl Store {
@@ -71,7 +72,6 @@ impl Store {
         if let Some(expiry) = touch {
             found = self.set_expiry(sh, found, key, expiry.0, now)?;
         }
-        let cas = self.segs.cas_of(found.loc, &found.hdr);
         let created = get32(&self.segs.meta(found.loc.seg).created);
         let h = found.hdr;
         // The reader cannot keep the borrowed view: it ends with this function.
@@ -84,7 +84,11 @@ impl Store {
             ItemView {
                 value: &item[h.value_range()],
                 flags: h.flags,
-                cas,
+                cas: CasSource {
+                    segs: &self.segs,
+                    loc: found.loc,
+                    kept: h.cas,
+                },
                 expiry: Expiry(h.expiry),
                 fetched: h.has(item::FETCHED),
                 last_access: created + item::decode_age(h.access),
@@ -145,7 +149,7 @@ impl Store {
             cas: self
                 .config
                 .cas_enabled
-                .then(|| self.segs.cas_of(found.loc, &h)),
+                .then(|| self.segs.cas_of(found.loc, h.cas)),
             keep_bits: h.bits & item::STATE_BITS,
         };
         // With eviction off and the heap full the item cannot move; it is reported missing

@@ -18,7 +18,6 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::heap::{Heap, PageKind};
-use crate::item::Header;
 use crate::pool::Pool;
 use crate::UnixSecs;
 
@@ -380,8 +379,8 @@ impl Segments {
     }
 
     /// The CAS unique of a stored item: the one it kept through a rewrite, else its place's.
-    pub(crate) fn cas_of(&self, loc: Loc, hdr: &Header) -> u64 {
-        match hdr.cas {
+    pub(crate) fn cas_of(&self, loc: Loc, kept: Option<u64>) -> u64 {
+        match kept {
             Some(cas) if self.cas_enabled => cas,
             _ => self.place_cas(loc),
         }

@@ -153,7 +153,7 @@ impl Store {
             .map_err(|_| Refused::NotFound)?;
         let found = self.live(sh, key, now).map_err(|_| Refused::NotFound)?;
         match expected_cas {
-            Some(cas) if cas != self.segs.cas_of(found.loc, &found.hdr) => Err(Refused::Exists),
+            Some(cas) if cas != self.segs.cas_of(found.loc, found.hdr.cas) => Err(Refused::Exists),
             _ => Ok(found),
         }
     }

@@ -130,14 +130,14 @@ fn cas_conditioned_ops_check_in_the_same_step() {
     }
     assert_eq!(s.invalidate(b"k", None, Some(stale)), Err(Refused::Exists));
     assert_eq!(
-        s.get(b"k", |i| (i.value.to_vec(), i.cas, i.stale)),
+        s.get(b"k", |i| (i.value.to_vec(), i.cas(), i.stale)),
         Ok((b"1".to_vec(), cas, false))
     );
     // Match: each op runs and hands out the CAS the next one must name.
     let counted = s.incr_decr(b"k", Arith::Incr, 1, Some(cas)).unwrap();
     assert_eq!(counted.value, 2);
     assert_eq!(
-        s.get(b"k", |i| (i.cas, i.expiry)),
+        s.get(b"k", |i| (i.cas(), i.expiry)),
         Ok((counted.cas, counted.expiry))
     );
     let StoreOutcome::Stored { cas } = s.store(
@@ -158,7 +158,7 @@ fn cas_conditioned_ops_check_in_the_same_step() {
     assert_eq!(s.invalidate(b"k", None, Some(cas)), Ok(()));
     // memcached's `md I` gives the item a new CAS: the one read before no longer matches.
     assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::Exists));
-    let (stale, new_cas) = s.get(b"k", |i| (i.stale, i.cas)).unwrap();
+    let (stale, new_cas) = s.get(b"k", |i| (i.stale, i.cas())).unwrap();
     assert!(stale && new_cas != cas);
     let cas = new_cas;
     assert_eq!(s.delete_checked(b"k", Some(cas)), Ok(()));

@@ -83,7 +83,7 @@ impl Store {
                     | StoreOp::Append(Some(unique))
                     | StoreOp::Prepend(Some(unique)),
                     Some(f),
-                ) if self.segs.cas_of(f.loc, &f.hdr) != unique => {
+                ) if self.segs.cas_of(f.loc, f.hdr.cas) != unique => {
                     return self.give_up(run, StoreOutcome::Exists)
                 }
                 // append/prepend keep the item's flags and expiry, as memcached does.
@@ -231,7 +231,7 @@ impl Store {
             self.segs.renew_epoch(found.loc.seg);
             return Ok(Counted {
                 value: next,
-                cas: self.segs.cas_of(found.loc, &h),
+                cas: self.segs.cas_of(found.loc, h.cas),
                 expiry: Expiry(h.expiry),
             });
         }

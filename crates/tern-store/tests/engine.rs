@@ -211,7 +211,7 @@ fn large_items_use_runs_of_the_same_heap() {
     let mut number = b"41".to_vec();
     number.resize(600_000, b' ');
     set(&s, b"n", &number);
-    let cas = s.get(b"n", |it| it.cas).unwrap();
+    let cas = s.get(b"n", |it| it.cas()).unwrap();
     assert_eq!(
         s.incr_decr(b"n", Arith::Incr, 1, Some(cas + 1)),
         Err(ArithError::Exists)
@@ -219,16 +219,16 @@ fn large_items_use_runs_of_the_same_heap() {
     let counted = s.incr_decr(b"n", Arith::Incr, 1, Some(cas)).unwrap();
     assert_eq!(counted.value, 42);
     assert_ne!(counted.cas, cas);
-    assert_eq!(s.get(b"n", |it| it.cas), Ok(counted.cas));
+    assert_eq!(s.get(b"n", |it| it.cas()), Ok(counted.cas));
     // Invalidating a run marks it in place and moves its epoch: a new CAS, as for incr.
     assert_eq!(s.invalidate(b"n", None, Some(counted.cas)), Ok(()));
     assert_eq!(s.get(b"n", |it| it.stale), Ok(true));
-    assert_ne!(s.get(b"n", |it| it.cas), Ok(counted.cas));
+    assert_ne!(s.get(b"n", |it| it.cas()), Ok(counted.cas));
     assert_eq!(s.get(b"n", |it| &it.value[..3] == b"42 "), Ok(true));
     assert!(s.touch(b"n", Expiry::from_exptime(5, T0)));
     assert_eq!(
-        s.get(b"n", |it| it.cas).unwrap(),
-        s.get(b"n", |it| it.cas).unwrap()
+        s.get(b"n", |it| it.cas()).unwrap(),
+        s.get(b"n", |it| it.cas()).unwrap()
     );
     s.clock().advance(5);
     assert_eq!(s.get(b"n", |_| ()), Err(Miss::Expired));
@@ -289,12 +289,12 @@ fn meta_marks_and_metadata() {
     });
     assert_eq!(won, Ok(true));
     assert_eq!(s.get(b"k", |it| (it.win_sent, it.stale)), Ok((true, false)));
-    let before = s.get(b"k", |it| it.cas).unwrap();
+    let before = s.get(b"k", |it| it.cas()).unwrap();
     assert_eq!(
         s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None),
         Ok(())
     );
-    assert_ne!(s.get(b"k", |it| it.cas), Ok(before), "md I gives a new CAS");
+    assert_ne!(s.get(b"k", |it| it.cas()), Ok(before), "md I gives a new CAS");
     assert_eq!(
         s.get(b"k", |it| (
             it.stale,
@@ -333,17 +333,17 @@ fn cas_changes_with_every_version_and_only_then() {
             panic!()
         };
         assert!(seen.insert(cas));
-        assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
+        assert_eq!(s.get(b"k", |it| it.cas()), Ok(cas));
         assert!(s.touch(b"k", Expiry::NEVER));
-        assert_eq!(s.get(b"k", |it| it.cas), Ok(cas));
+        assert_eq!(s.get(b"k", |it| it.cas()), Ok(cas));
         // A deadline for a never-expiring item rewrites it, keeping its CAS.
         assert!(s.touch(b"k", Expiry::from_exptime(1000, T0)));
-        assert_eq!(s.get_and_touch(b"k", Expiry::NEVER, |it| it.cas), Ok(cas));
+        assert_eq!(s.get_and_touch(b"k", Expiry::NEVER, |it| it.cas()), Ok(cas));
     }
     set(&s, b"n", b"1");
-    let before = s.get(b"n", |it| it.cas).unwrap();
+    let before = s.get(b"n", |it| it.cas()).unwrap();
     s.incr_decr(b"n", Arith::Incr, 1, None).unwrap();
-    assert!(seen.insert(before) && before != s.get(b"n", |it| it.cas).unwrap());
+    assert!(seen.insert(before) && before != s.get(b"n", |it| it.cas()).unwrap());
     let off = store_with(Config {
         cas_enabled: false,
         ..Config::default()
@@ -581,7 +581,7 @@ fn cas_conditioned_incr_loses_no_update() {
                 for _ in 0..SUCCESSES {
                     loop {
                         let (seen, cas) = s
-                            .get(b"n", |it| (parse_u64(it.value).unwrap(), it.cas))
+                            .get(b"n", |it| (parse_u64(it.value).unwrap(), it.cas()))
                             .unwrap();
                         match s.incr_decr(b"n", Arith::Incr, 1, Some(cas)) {
                             Ok(counted) => {

@@ -246,7 +246,7 @@ impl Case {
                     flags: it.flags,
                     expiry: it.expiry,
                 },
-                it.cas,
+                it.cas(),
             )
         });
         let want = self.model.current(k, now);

@@ -261,7 +261,7 @@ fn check(ops: Vec<Op>, shards: usize) {
                 }
             }
             Op::Get(k) => {
-                let got = store.get(KEYS[k], |i| (i.value.to_vec(), i.flags, i.cas, i.expiry));
+                let got = store.get(KEYS[k], |i| (i.value.to_vec(), i.flags, i.cas(), i.expiry));
                 match model.live(k, now) {
                     Some(e) => {
                         assert_eq!(
@@ -292,7 +292,7 @@ fn check(ops: Vec<Op>, shards: usize) {
                         e.expiry = expiry;
                         // A touch keeps the CAS unique, even when it has to rewrite the item.
                         if !expiry.is_expired_at(now) {
-                            assert_eq!(store.get(KEYS[k], |i| i.cas), Ok(e.cas));
+                            assert_eq!(store.get(KEYS[k], |i| i.cas()), Ok(e.cas));
                         }
                     }
                     None => assert!(got.is_none(), "touch {k} of a missing item"),
@@ -339,7 +339,7 @@ fn check(ops: Vec<Op>, shards: usize) {
                                 digits.resize(e.value.len(), b' ');
                             }
                             e.value = digits;
-                            let cas = store.get(KEYS[k], |i| i.cas).unwrap();
+                            let cas = store.get(KEYS[k], |i| i.cas()).unwrap();
                             assert_eq!(counted.cas, cas);
                             assert_ne!(cas, e.cas, "incr must change the CAS");
                             e.cas = cas;
