@@ -294,7 +294,11 @@ fn meta_marks_and_metadata() {
         s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None),
         Ok(())
     );
-    assert_ne!(s.get(b"k", |it| it.cas()), Ok(before), "md I gives a new CAS");
+    assert_ne!(
+        s.get(b"k", |it| it.cas()),
+        Ok(before),
+        "md I gives a new CAS"
+    );
     assert_eq!(
         s.get(b"k", |it| (
             it.stale,
