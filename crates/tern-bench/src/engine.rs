@@ -394,9 +394,10 @@ impl<'p> Worker<'p> {
             .map(|k| candidates[(start + k) % candidates.len()])
             .find(|&ci| self.conns[ci].open && self.conns[ci].inflight.len() < self.pipeline)
         else {
-            if candidates.iter().all(|&ci| {
-                !self.conns[ci].open && self.conns[ci].reconnect_at.is_none()
-            }) {
+            if candidates
+                .iter()
+                .all(|&ci| !self.conns[ci].open && self.conns[ci].reconnect_at.is_none())
+            {
                 bail!("the server closed every connection of this thread");
             }
             return Ok(false);

@@ -2,14 +2,16 @@
 //! listening sockets and the memory file from the running one. No connection is refused, no
 //! reply is an error, no key stored before (or acknowledged during) the hand-over is missed;
 //! clients whose connection the old process closed reconnect and send their request again, as
-//! memcached clients do.
+//! memcached clients do. The load comes from `tern bench --reconnect` (open loop), and from
+//! this file's own clients, which also check that every `set` acknowledged around the hand-over
+//! is kept, value for value.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_testkit::{free_port, tern_bin, ServerProcess, PATIENCE};
@@ -21,6 +23,10 @@ const CLIENTS: u64 = 4;
 /// One request in this many is a `set` of a new key; the others `get` a key stored before.
 const SET_EVERY: u64 = 10;
 const KEYS: usize = 1000;
+
+/// The tests that put a 20,000 requests/s load on a server run one at a time: together they
+/// would starve each other (and the servers) of the machine's cores.
+static LOAD: Mutex<()> = Mutex::new(());
 
 #[derive(Default)]
 struct Tally {
@@ -205,8 +211,128 @@ fn await_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// The worst latency in `tern bench`'s live lines (`max N us`), in µs.
+fn worst_of(lines: &[String]) -> f64 {
+    lines
+        .iter()
+        .filter_map(|line| {
+            line.split("max ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .fold(0.0, f64::max)
+}
+
 #[test]
-fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
+fn hand_over_under_tern_bench_refuses_nothing_and_misses_nothing() {
+    let _load = LOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("bench");
+    let port = free_port();
+    let mut old_cmd = Command::new(tern_bin());
+    old_cmd.args(serve_args(port, &dir, "2"));
+    let mut old = ServerProcess::spawn(old_cmd, port);
+    // tern bench stores its 1,000 keys (k000000000000000...) first, then sends 100,000 requests
+    // (gets, one in ten a set of one of those keys) due at 20,000 a second: five seconds.
+    let mut bench = Command::new(tern_bin())
+        .args(["bench", "-s", &format!("127.0.0.1:{port}")])
+        .args(["-r", "20000", "-n", "100000", "--reconnect", "-k", "1000"])
+        .args(["-c", "4", "-p", "8", "-m", "get:9,set:1", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its stderr: a line per second of load, then the table.
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let stderr = BufReader::new(bench.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut before = Vec::new();
+    while before.len() < 2 {
+        let line = lines_rx
+            .recv_timeout(PATIENCE)
+            .expect("tern bench reports its first seconds of load");
+        if line.starts_with('[') {
+            before.push(line);
+        }
+    }
+    // Two seconds of load on the old server, then the hand-over.
+    let new = take_over(port, serve_args(port, &dir, "3"));
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    let out = bench.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines_rx.try_iter().collect();
+    let text = format!("{}\n{}", before.join("\n"), rest.join("\n"));
+    assert!(out.status.success(), "tern bench failed:\n{text}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let count = |pointer: &str| {
+        report
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_else(|| panic!("{pointer} in {report}"))
+    };
+    let during: Vec<String> = rest.into_iter().filter(|l| l.starts_with('[')).collect();
+    eprintln!(
+        "hand-over under tern bench -r 20000 --reconnect: worst latency {} µs over the run; \
+         {} µs in the seconds after the hand-over began, {} µs in the two before; {} reconnects",
+        report["latency_us"]["max"],
+        worst_of(&during),
+        worst_of(&before),
+        count("/reconnects")
+    );
+    assert_eq!(count("/preload/failed"), 0, "{text}");
+    assert_eq!(count("/errors/refused"), 0, "refused connections\n{text}");
+    let error_replies = ["error", "client_error", "server_error", "binary_status"]
+        .map(|kind| count(&format!("/errors/{kind}")));
+    assert_eq!(error_replies, [0; 4], "error replies\n{text}");
+    assert_eq!(count("/misses"), 0, "misses\n{text}");
+    assert_eq!(count("/errors_total"), 0, "{text}");
+    assert_eq!(count("/unanswered"), 0, "{text}");
+    assert_eq!(count("/requests"), 100_000, "{text}");
+    // Each of the 4 connections was open on the old server, which closed it: the load crossed
+    // the hand-over.
+    assert!(count("/reconnects") >= 4, "{text}");
+
+    let mut check = new.connect();
+    let stats = check.stats("stats\r\n");
+    assert_eq!(
+        stats["pid"],
+        new.pid().to_string(),
+        "the new process serves"
+    );
+    assert_ne!(
+        stats["get_hits"], "0",
+        "the new process served the load's gets"
+    );
+    assert_eq!(
+        stats["restored_items"], "1000",
+        "the old one's keys restored"
+    );
+    // tern bench's values are `abc...` cut to the value size (32 bytes).
+    let value: String = (b'a'..=b'z').chain(b'a'..=b'f').map(char::from).collect();
+    for i in 0..1000 {
+        let key = format!("k{i:015}");
+        check.expect(
+            format!("get {key}\r\n").as_bytes(),
+            format!("VALUE {key} 0 32\r\n{value}\r\nEND\r\n").as_bytes(),
+        );
+    }
+    drop(check);
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same hand-over under this file's own clients, which remember every `set` answered
+/// STORED (before, during or after it) and find each one afterwards, value for value.
+#[test]
+fn writes_acknowledged_around_a_hand_over_are_kept() {
+    let _load = LOAD.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("load");
     let port = free_port();
     // The new process has more workers than the old: it binds more sockets into the group.
