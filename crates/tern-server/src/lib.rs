@@ -131,8 +131,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         for addr in udp_addrs {
-            for (worker, socket) in udp::bind(addr, settings.threads)?.into_iter().enumerate() {
-                udp_per_worker[worker].push(socket);
+            let mut sockets = match &mut inherited {
+                Some(inherited) => inherited.udp(addr, settings.threads)?,
+                None => Vec::new(),
+            };
+            if sockets.is_empty() {
+                sockets = udp::bind(addr, settings.threads)?;
+            }
+            for (i, socket) in sockets.into_iter().enumerate() {
+                udp_per_worker[i % settings.threads].push(socket);
             }
             tracing::info!("listening on UDP {addr}");
         }
@@ -169,6 +176,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .flatten()
             .map(|l| l.as_fd().try_clone_to_owned())
+            .chain(
+                udp_per_worker
+                    .iter()
+                    .flatten()
+                    .map(|s| s.as_fd().try_clone_to_owned()),
+            )
             .chain(
                 admin_listener
                     .iter()

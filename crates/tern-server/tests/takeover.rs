@@ -496,3 +496,68 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The inodes of the UDP sockets bound to `port` on this machine (`/proc/net/udp`): a socket
+/// keeps its inode for as long as any process holds it.
+fn udp_sockets_on(port: u16) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields[1].ends_with(&port).then(|| fields[9].to_string())
+        })
+        .collect()
+}
+
+/// A `get` over memcached's UDP frame (request id 1), answered in one datagram.
+fn udp_get(port: u16, key: &str) -> Vec<u8> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    socket.connect(("127.0.0.1", port)).unwrap();
+    let mut request = b"\0\x01\0\0\0\x01\0\0".to_vec();
+    request.extend_from_slice(format!("get {key}\r\n").as_bytes());
+    socket.send(&request).unwrap();
+    let mut reply = [0; 1500];
+    let n = socket.recv(&mut reply).expect("a UDP reply in time");
+    assert_eq!(&reply[..2], b"\0\x01", "the request's id");
+    reply[8..n].to_vec()
+}
+
+/// `-U` sockets are handed over like the TCP ones: the successor serves UDP from the very
+/// sockets the old process bound (their queues survive the hand-over), not from new ones.
+#[test]
+fn udp_sockets_are_handed_over() {
+    let dir = scratch("udp");
+    let port = free_port();
+    let udp_port = free_port();
+    let args = |threads: &str| {
+        let mut args = serve_args(port, &dir, threads);
+        args.extend(["-U".to_string(), udp_port.to_string()]);
+        args
+    };
+    let mut old_cmd = Command::new(tern_bin());
+    old_cmd.args(args("2"));
+    let mut old = ServerProcess::spawn(old_cmd, port);
+    old.connect().expect(b"set k 5 0 2\r\nhi\r\n", b"STORED\r\n");
+    assert_eq!(udp_get(udp_port, "k"), b"VALUE k 5 2\r\nhi\r\nEND\r\n");
+    let old_sockets = udp_sockets_on(udp_port);
+    assert_eq!(old_sockets.len(), 2, "one UDP socket per worker");
+
+    let new = take_over(port, args("3"));
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    // The old one is gone: the successor answers, and the key it restored is there.
+    assert_eq!(udp_get(udp_port, "k"), b"VALUE k 5 2\r\nhi\r\nEND\r\n");
+    let new_sockets = udp_sockets_on(udp_port);
+    for socket in &old_sockets {
+        assert!(
+            new_sockets.contains(socket),
+            "the old process's UDP socket {socket} lives on in the new one ({new_sockets:?})"
+        );
+    }
+    assert_eq!(new_sockets.len(), 3, "a third socket joined for the third worker");
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
