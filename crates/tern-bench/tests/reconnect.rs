@@ -53,7 +53,11 @@ fn a_closed_connection_is_reopened_and_its_request_sent_again() {
     assert_eq!(r.requests, 100);
     assert_eq!(r.counts.misses, 100);
     // Nine answered per connection: the tenth request of each went again on the next one.
-    assert!(r.counts.reconnects >= 100 / 9, "{} reconnects", r.counts.reconnects);
+    assert!(
+        r.counts.reconnects >= 100 / 9,
+        "{} reconnects",
+        r.counts.reconnects
+    );
     assert_eq!(r.counts.unanswered, 0);
     assert_eq!(r.errors_total, 0, "{:?}", r.counts.errors);
 }

@@ -183,7 +183,9 @@ pub fn take_over(path: &Path) -> anyhow::Result<Option<Inherited>> {
         let socket = socket2::SockRef::from(&fd);
         let local = socket.local_addr()?;
         match local.as_socket() {
-            Some(addr) if socket.r#type()? == socket2::Type::DGRAM => inherited.udp.push((addr, fd)),
+            Some(addr) if socket.r#type()? == socket2::Type::DGRAM => {
+                inherited.udp.push((addr, fd))
+            }
             Some(addr) => inherited.tcp.push((addr, fd)),
             None => {
                 let unix = UnixListener::from(fd);

@@ -167,7 +167,10 @@ fn a_successor_taking_over_with_d_names_itself_the_main_process_before_its_comma
         .unwrap_or_else(|| panic!("no MAINPID= from the successor: {message:?}"))
         .parse()
         .unwrap();
-    assert_ne!(main_pid, command_pid, "the daemon, not the command that forked it");
+    assert_ne!(
+        main_pid, command_pid,
+        "the daemon, not the command that forked it"
+    );
     assert!(old.0.wait().unwrap().success(), "the old server exits 0");
     let mut buf = [0u8; 4096];
     assert!(
@@ -187,12 +190,18 @@ fn a_successor_taking_over_with_d_names_itself_the_main_process_before_its_comma
     assert!(status.success());
     // Gone, or a zombie where nothing reaps orphans.
     let running = || {
-        std::fs::read_to_string(format!("/proc/{main_pid}/stat"))
-            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|s| !s.starts_with(" Z")))
+        std::fs::read_to_string(format!("/proc/{main_pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| !s.starts_with(" Z"))
+        })
     };
     let deadline = std::time::Instant::now() + PATIENCE;
     while running() {
-        assert!(std::time::Instant::now() < deadline, "the daemon did not stop");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not stop"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -189,6 +189,22 @@ fn serve_args(port: u16, dir: &Path, threads: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Starts the tern that will be taken over from, and waits until it offers its sockets: its
+/// port accepts (into the kernel's backlog) before the control socket is there. The control
+/// socket's mode is 0600 (whoever connects can stop the server: its user only), set once it
+/// listens.
+fn serve_offering(port: u16, dir: &Path, args: Vec<String>) -> ServerProcess {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args);
+    let server = ServerProcess::spawn(cmd, port);
+    let control = dir.join("takeover.sock");
+    await_until("the control socket, mode 0600", || {
+        std::fs::metadata(&control).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
+    });
+    server
+}
+
 /// Starts a tern that takes over from the one serving `port`. Not waited for as
 /// `ServerProcess::spawn` waits: the port accepts already (the old server's sockets).
 fn take_over(port: u16, args: Vec<String>) -> ServerProcess {
@@ -231,9 +247,7 @@ fn hand_over_under_tern_bench_refuses_nothing_and_misses_nothing() {
     let _load = LOAD.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("bench");
     let port = free_port();
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(serve_args(port, &dir, "2"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
+    let mut old = serve_offering(port, &dir, serve_args(port, &dir, "2"));
     // tern bench stores its 1,000 keys (k000000000000000...) first, then sends 100,000 requests
     // (gets, one in ten a set of one of those keys) due at 20,000 a second: five seconds.
     let mut bench = Command::new(tern_bin())
@@ -336,16 +350,7 @@ fn writes_acknowledged_around_a_hand_over_are_kept() {
     let dir = scratch("load");
     let port = free_port();
     // The new process has more workers than the old: it binds more sockets into the group.
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(serve_args(port, &dir, "2"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
-    // Whoever connects to the control socket can stop the server: its user only.
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir.join("takeover.sock"))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600, "the control socket's mode");
+    let mut old = serve_offering(port, &dir, serve_args(port, &dir, "2"));
     let mut setup = old.connect();
     for i in 0..KEYS {
         let key = format!("stored:{i}");
@@ -462,9 +467,7 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
         args.extend(["-P".to_string(), pidfile.display().to_string()]);
         args
     };
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(args("3"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
+    let mut old = serve_offering(port, &dir, args("3"));
     old.connect().expect(b"set k 3 0 1\r\nv\r\n", b"STORED\r\n");
 
     let new = take_over(port, args("1"));
@@ -538,10 +541,9 @@ fn udp_sockets_are_handed_over() {
         args.extend(["-U".to_string(), udp_port.to_string()]);
         args
     };
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(args("2"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
-    old.connect().expect(b"set k 5 0 2\r\nhi\r\n", b"STORED\r\n");
+    let mut old = serve_offering(port, &dir, args("2"));
+    old.connect()
+        .expect(b"set k 5 0 2\r\nhi\r\n", b"STORED\r\n");
     assert_eq!(udp_get(udp_port, "k"), b"VALUE k 5 2\r\nhi\r\nEND\r\n");
     let old_sockets = udp_sockets_on(udp_port);
     assert_eq!(old_sockets.len(), 2, "one UDP socket per worker");
@@ -557,7 +559,11 @@ fn udp_sockets_are_handed_over() {
             "the old process's UDP socket {socket} lives on in the new one ({new_sockets:?})"
         );
     }
-    assert_eq!(new_sockets.len(), 3, "a third socket joined for the third worker");
+    assert_eq!(
+        new_sockets.len(),
+        3,
+        "a third socket joined for the third worker"
+    );
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);
 }
