@@ -40,6 +40,8 @@ const STUCK_NS: u64 = 10_000_000_000;
 /// `until - 1 ms` wakes before the due time, and a shorter spin leaves more of a shared core to
 /// others (a spinning thread also loses its scheduler priority to sleepers on a busy core).
 const SPIN_BELOW_NS: u64 = 1_000_000;
+/// `--reconnect`: after a refused connection attempt, the next one waits this long.
+const RECONNECT_BACKOFF_NS: u64 = 10_000_000;
 /// Requests in flight per connection while preloading.
 const PRELOAD_PIPELINE: usize = 32;
 const INPUT_START: usize = 64 * 1024;
@@ -83,10 +85,14 @@ struct InFlight {
     due: u64,
     measured: bool,
     udp_id: u16,
+    /// The request's bytes, kept in `Conn::sent` to send again after a reconnect.
+    len: u32,
 }
 
 struct Conn {
     socket: Socket,
+    /// Index into the plan's targets.
+    server: usize,
     out: Vec<u8>,
     out_sent: usize,
     /// Stream input: bytes `in_start..in_end` are received and not yet parsed.
@@ -101,6 +107,12 @@ struct Conn {
     udp_next_id: u16,
     udp_datagram: Vec<u8>,
     udp_message: Vec<u8>,
+    /// `--reconnect`: the bytes of the requests in flight (`sent_start..`), sent again on a new
+    /// connection when the server closes this one.
+    sent: Vec<u8>,
+    sent_start: usize,
+    /// `--reconnect`: the connection was lost; a new one is due at this time (ns of the run).
+    reconnect_at: Option<u64>,
 }
 
 /// A request generated but not yet placed on a connection (its keys are in `Worker::keys`).
@@ -149,6 +161,15 @@ fn connect(
     })
 }
 
+fn register(registry: &mio::Registry, socket: &mut Socket, token: Token) -> io::Result<()> {
+    match socket {
+        Socket::Tls(s) => registry.register(&mut s.tcp, token, Interest::READABLE),
+        Socket::Tcp(s) => registry.register(s, token, Interest::READABLE),
+        Socket::Unix(s) => registry.register(s, token, Interest::READABLE),
+        Socket::Udp(s) => registry.register(s, token, Interest::READABLE),
+    }
+}
+
 fn encode(plan: &Plan, op: Op, dialect: Dialect, keys: &[u8], value: &[u8], out: &mut Vec<u8>) {
     let key = &keys[..plan.key_len];
     match op {
@@ -173,6 +194,8 @@ pub struct Worker<'p> {
     keys: Vec<u8>,
     next_key: u64,
     poll: Poll,
+    /// Kept for `--reconnect`'s new connections.
+    tls: Option<Arc<rustls::ClientConfig>>,
     conns: Vec<Conn>,
     by_server: Vec<Vec<usize>>,
     round_robin: Vec<usize>,
@@ -204,16 +227,7 @@ impl<'p> Worker<'p> {
         for (server, target) in plan.targets.iter().enumerate() {
             for _ in 0..plan.connections {
                 let mut socket = connect(target, udp, tls.as_ref())?;
-                let token = Token(conns.len());
-                match &mut socket {
-                    Socket::Tls(s) => {
-                        poll.registry()
-                            .register(&mut s.tcp, token, Interest::READABLE)?
-                    }
-                    Socket::Tcp(s) => poll.registry().register(s, token, Interest::READABLE)?,
-                    Socket::Unix(s) => poll.registry().register(s, token, Interest::READABLE)?,
-                    Socket::Udp(s) => poll.registry().register(s, token, Interest::READABLE)?,
-                }
+                register(poll.registry(), &mut socket, Token(conns.len()))?;
                 by_server[server].push(conns.len());
                 let pipeline = if preload {
                     PRELOAD_PIPELINE
@@ -222,6 +236,7 @@ impl<'p> Worker<'p> {
                 };
                 conns.push(Conn {
                     socket,
+                    server,
                     out: Vec::with_capacity(4096),
                     out_sent: 0,
                     input: if udp {
@@ -241,6 +256,9 @@ impl<'p> Worker<'p> {
                         Vec::new()
                     },
                     udp_message: Vec::new(),
+                    sent: Vec::new(),
+                    sent_start: 0,
+                    reconnect_at: None,
                 });
             }
         }
@@ -277,6 +295,7 @@ impl<'p> Worker<'p> {
             keys: Vec::with_capacity(plan.key_len * plan.multiget),
             next_key,
             poll,
+            tls,
             conns,
             by_server,
             round_robin: vec![0; plan.targets.len()],
@@ -375,7 +394,10 @@ impl<'p> Worker<'p> {
             .map(|k| candidates[(start + k) % candidates.len()])
             .find(|&ci| self.conns[ci].open && self.conns[ci].inflight.len() < self.pipeline)
         else {
-            if candidates.iter().all(|&ci| !self.conns[ci].open) {
+            if candidates
+                .iter()
+                .all(|&ci| !self.conns[ci].open && self.conns[ci].reconnect_at.is_none())
+            {
                 bail!("the server closed every connection of this thread");
             }
             return Ok(false);
@@ -399,7 +421,12 @@ impl<'p> Worker<'p> {
             client::encode_udp_header(&mut conn.out, udp_id);
         }
         let value = &self.values[..value_len];
+        let encoded_from = conn.out.len();
         encode(self.plan, op, dialect, &self.keys, value, &mut conn.out);
+        let len = conn.out.len() - encoded_from;
+        if self.plan.reconnect && !matches!(conn.socket, Socket::Udp(_)) {
+            conn.sent.extend_from_slice(&conn.out[encoded_from..]);
+        }
         if let Socket::Udp(socket) = &conn.socket {
             // A datagram that cannot be sent now is lost like one the network drops: it times out.
             let _ = socket.send(&conn.out);
@@ -416,6 +443,7 @@ impl<'p> Worker<'p> {
             due: p.due,
             measured,
             udp_id,
+            len: len as u32,
         });
         if measured && now.saturating_sub(p.due) > LATE_AFTER.as_nanos() as u64 {
             self.stats.counts.late += 1;
@@ -424,7 +452,7 @@ impl<'p> Worker<'p> {
         Ok(true)
     }
 
-    fn flush(&mut self) -> anyhow::Result<()> {
+    fn flush(&mut self, now: u64) -> anyhow::Result<()> {
         let registry = self.poll.registry();
         for (ci, conn) in self.conns.iter_mut().enumerate() {
             while conn.open && conn.out_sent < conn.out.len() {
@@ -439,13 +467,13 @@ impl<'p> Worker<'p> {
                     Ok(n) => conn.out_sent += n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => Self::close(conn, &mut self.stats),
+                    Err(_) => Self::close(conn, &mut self.stats, self.plan.reconnect, now),
                 }
             }
             // A TLS session's last records may still wait for the socket.
             if let Socket::Tls(s) = &mut conn.socket {
                 if conn.open && s.flush().is_err() {
-                    Self::close(conn, &mut self.stats);
+                    Self::close(conn, &mut self.stats, self.plan.reconnect, now);
                 }
             }
             let tls_pending = matches!(&conn.socket, Socket::Tls(s) if s.pending_output());
@@ -472,11 +500,58 @@ impl<'p> Worker<'p> {
         Ok(())
     }
 
-    fn close(conn: &mut Conn, stats: &mut Stats) {
+    /// The server closed the connection (or reset it). With `--reconnect` its requests in flight
+    /// stay, to be sent again on a new connection ([`Worker::reconnect_lost`]); else they are
+    /// counted unanswered.
+    fn close(conn: &mut Conn, stats: &mut Stats, reconnect: bool, now: u64) {
         conn.open = false;
+        if reconnect {
+            conn.reconnect_at = Some(now);
+            return;
+        }
         stats.counts.errors.disconnected += 1;
         stats.counts.unanswered += conn.inflight.iter().filter(|f| f.measured).count() as u64;
         conn.inflight.clear();
+    }
+
+    /// `--reconnect`: opens a new connection in place of each lost one that is due, and queues
+    /// on it what the old one left unanswered (timed still from when each was due). A refused
+    /// attempt is counted and tried again after [`RECONNECT_BACKOFF_NS`].
+    fn reconnect_lost(&mut self, now: u64) -> anyhow::Result<()> {
+        for ci in 0..self.conns.len() {
+            let conn = &mut self.conns[ci];
+            if conn.reconnect_at.is_none_or(|at| at > now) {
+                continue;
+            }
+            let target = &self.plan.targets[conn.server];
+            let mut socket = match connect(target, false, self.tls.as_ref()) {
+                Ok(socket) => socket,
+                Err(_) => {
+                    self.stats.counts.errors.refused += 1;
+                    self.interval.counts.errors.refused += 1;
+                    conn.reconnect_at = Some(now + RECONNECT_BACKOFF_NS);
+                    continue;
+                }
+            };
+            // The old socket leaves the poll as it is dropped (closed) here.
+            register(self.poll.registry(), &mut socket, Token(ci))?;
+            conn.socket = socket;
+            conn.open = true;
+            conn.reconnect_at = None;
+            conn.wants_writable = false;
+            conn.in_start = 0;
+            conn.in_end = 0;
+            conn.udp_message.clear();
+            conn.out.clear();
+            conn.out.extend_from_slice(&conn.sent[conn.sent_start..]);
+            conn.out_sent = 0;
+            self.stats.counts.reconnects += 1;
+            self.interval.counts.reconnects += 1;
+            if !conn.inflight.is_empty() {
+                self.last_reply = now;
+            }
+        }
+        Ok(())
     }
 
     fn complete(&mut self, f: InFlight, reply: &Reply, now: u64) {
@@ -517,7 +592,7 @@ impl<'p> Worker<'p> {
             };
             match read {
                 Ok(0) => {
-                    Self::close(conn, &mut self.stats);
+                    Self::close(conn, &mut self.stats, self.plan.reconnect, now);
                     return Ok(());
                 }
                 Ok(n) => {
@@ -533,7 +608,7 @@ impl<'p> Worker<'p> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
-                    Self::close(conn, &mut self.stats);
+                    Self::close(conn, &mut self.stats, self.plan.reconnect, now);
                     return Ok(());
                 }
             }
@@ -560,6 +635,13 @@ impl<'p> Worker<'p> {
             };
             conn.in_start += reply.len;
             conn.inflight.pop_front();
+            if self.plan.reconnect {
+                conn.sent_start += front.len as usize;
+                if conn.sent_start == conn.sent.len() {
+                    conn.sent.clear();
+                    conn.sent_start = 0;
+                }
+            }
             self.complete(front, &reply, now);
         }
         let conn = &mut self.conns[ci];
@@ -664,6 +746,9 @@ impl<'p> Worker<'p> {
         let mut events = Events::with_capacity(1024);
         loop {
             let now = now_ns();
+            if self.plan.reconnect {
+                self.reconnect_lost(now)?;
+            }
             let mut schedule_open = match quota {
                 Some(q) => scheduled < q,
                 None => now < end,
@@ -711,7 +796,7 @@ impl<'p> Worker<'p> {
                     };
                 }
             }
-            self.flush()?;
+            self.flush(now)?;
             // Ticks go out before the loop may end, so no thread skips a second.
             while now >= next_tick {
                 if let Some(ticks) = ticks {
@@ -764,6 +849,9 @@ impl<'p> Worker<'p> {
                 } else {
                     end + DRAIN_NS
                 });
+            }
+            if let Some(at) = self.conns.iter().filter_map(|c| c.reconnect_at).min() {
+                wake = wake.min(at);
             }
             let until = wake.saturating_sub(now);
             let timeout = match gap_ns {

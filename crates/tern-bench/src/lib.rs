@@ -116,6 +116,11 @@ pub struct WorkloadArgs {
     /// Random seed (runs with the same seed send the same keys and commands).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// When the server closes a connection, reconnect and send again what it left unanswered
+    /// (counted as `reconnects`; failed attempts as `refused` errors). Without it a closed
+    /// connection is a `disconnected` error and its requests go unanswered.
+    #[arg(long)]
+    pub reconnect: bool,
 }
 
 impl WorkloadArgs {
@@ -162,6 +167,9 @@ impl WorkloadArgs {
         }
         if self.no_preload {
             w.preload = false;
+        }
+        if self.reconnect {
+            w.reconnect = true;
         }
         if self.requests.is_some() {
             w.requests = self.requests;

@@ -25,15 +25,20 @@ pub struct Live {
 pub fn live_line(s: &Second) -> String {
     let c = &s.stats.counts;
     let l = Latency::of(&s.stats.latency);
+    let reconnects = match c.reconnects {
+        0 => String::new(),
+        n => format!("  reconnects {n}"),
+    };
     let server = s
         .server_cpu_percent
         .map_or(String::new(), |p| format!("  server cpu {p:>5.1}%"));
     format!(
-        "[{:>4}s] {:>10} ops/s  p50 {:>8.1} us  p99 {:>8.1} us  errors {}{server}{}",
+        "[{:>4}s] {:>10} ops/s  p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us  errors {}{reconnects}{server}{}",
         s.second + 1,
         (c.replies as f64 / s.span.max(1e-3)).round(),
         l.p50,
         l.p99,
+        l.max,
         c.errors.total(),
         match (s.measuring, s.span < 0.99) {
             (false, _) => "  (warm-up)".to_string(),
@@ -171,15 +176,26 @@ pub fn print_table(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
     let e = &c.errors;
     writeln!(
         out,
-        "  errors       {} (ERROR {}  CLIENT_ERROR {}  SERVER_ERROR {}  binary {}  timeout {}  disconnected {})",
+        "  errors       {} (ERROR {}  CLIENT_ERROR {}  SERVER_ERROR {}  binary {}  timeout {}  disconnected {}  refused {})",
         e.total(),
         e.error,
         e.client_error,
         e.server_error,
         e.binary_status,
         e.timeout,
-        e.disconnected
+        e.disconnected,
+        e.refused
     )?;
+    if r.workload.reconnect {
+        writeln!(
+            out,
+            "  connections  {} reconnects, {} refused attempts, {} error replies, {} misses",
+            c.reconnects,
+            e.refused,
+            e.replies(),
+            c.misses
+        )?;
+    }
     if r.target_rate.is_some() || c.unanswered > 0 {
         writeln!(
             out,

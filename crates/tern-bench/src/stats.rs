@@ -26,6 +26,8 @@ pub struct Counts {
     pub late: u64,
     /// Requests sent and never answered (the run ended, or the connection closed).
     pub unanswered: u64,
+    /// `--reconnect`: connections opened again after the server closed them.
+    pub reconnects: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -40,8 +42,10 @@ pub struct ErrorCounts {
     pub binary_status: u64,
     /// UDP replies that did not arrive within a second.
     pub timeout: u64,
-    /// Connections the server closed.
+    /// Connections the server closed (without `--reconnect`).
     pub disconnected: u64,
+    /// `--reconnect`: connection attempts that failed (refused, reset, timed out).
+    pub refused: u64,
 }
 
 impl ErrorCounts {
@@ -52,6 +56,12 @@ impl ErrorCounts {
             + self.binary_status
             + self.timeout
             + self.disconnected
+            + self.refused
+    }
+
+    /// Replies that were errors: `ERROR`, `CLIENT_ERROR`, `SERVER_ERROR`, binary error statuses.
+    pub fn replies(&self) -> u64 {
+        self.error + self.client_error + self.server_error + self.binary_status
     }
 
     fn add(&mut self, o: &ErrorCounts) {
@@ -61,6 +71,7 @@ impl ErrorCounts {
         self.binary_status += o.binary_status;
         self.timeout += o.timeout;
         self.disconnected += o.disconnected;
+        self.refused += o.refused;
     }
 }
 
@@ -105,6 +116,7 @@ impl Counts {
         self.errors.add(&o.errors);
         self.late += o.late;
         self.unanswered += o.unanswered;
+        self.reconnects += o.reconnects;
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Workload {
     /// Open-loop arrivals: `constant` or `poisson`.
     pub arrivals: String,
     pub seed: u64,
+    /// When the server closes a connection, open a new one and send again what it left
+    /// unanswered (as memcached clients do across a server's restart or hand-over).
+    pub reconnect: bool,
 }
 
 impl Default for Workload {
@@ -80,6 +83,7 @@ impl Default for Workload {
             rate: None,
             arrivals: "constant".into(),
             seed: 1,
+            reconnect: false,
         }
     }
 }
@@ -197,6 +201,7 @@ pub struct Plan {
     pub rate: Option<f64>,
     pub poisson: bool,
     pub seed: u64,
+    pub reconnect: bool,
 }
 
 fn duration(field: &str, text: &str) -> anyhow::Result<Duration> {
@@ -387,6 +392,7 @@ impl Plan {
             rate: w.rate,
             poisson,
             seed: w.seed,
+            reconnect: w.reconnect,
         })
     }
 

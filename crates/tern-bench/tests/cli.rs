@@ -53,6 +53,7 @@ fn check_schema(doc: &Value) {
         "/exists",
         "/late",
         "/unanswered",
+        "/reconnects",
         "/errors_total",
     ] {
         number(doc, field);
@@ -64,6 +65,7 @@ fn check_schema(doc: &Value) {
         "binary_status",
         "timeout",
         "disconnected",
+        "refused",
     ] {
         number(doc, &format!("/errors/{kind}"));
     }

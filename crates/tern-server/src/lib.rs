@@ -131,8 +131,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         for addr in udp_addrs {
-            for (worker, socket) in udp::bind(addr, settings.threads)?.into_iter().enumerate() {
-                udp_per_worker[worker].push(socket);
+            let mut sockets = match &mut inherited {
+                Some(inherited) => inherited.udp(addr, settings.threads)?,
+                None => Vec::new(),
+            };
+            if sockets.is_empty() {
+                sockets = udp::bind(addr, settings.threads)?;
+            }
+            for (i, socket) in sockets.into_iter().enumerate() {
+                udp_per_worker[i % settings.threads].push(socket);
             }
             tracing::info!("listening on UDP {addr}");
         }
@@ -160,6 +167,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let took_over = inherited.is_some();
     if let Some(inherited) = inherited {
         inherited.close_unclaimed();
     }
@@ -170,6 +178,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .flatten()
             .map(|l| l.as_fd().try_clone_to_owned())
             .chain(
+                udp_per_worker
+                    .iter()
+                    .flatten()
+                    .map(|s| s.as_fd().try_clone_to_owned()),
+            )
+            .chain(
                 admin_listener
                     .iter()
                     .map(|l| l.as_fd().try_clone_to_owned()),
@@ -179,9 +193,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
 
-    if settings.daemon {
-        process::daemonize(settings.verbose > 0)?;
-    }
+    let readiness = match settings.daemon {
+        true => Some(process::daemonize(settings.verbose > 0)?),
+        false => None,
+    };
     // As root: pidfile and memory locking first, then drop to the -u user.
     let pidfile = match &settings.pidfile {
         Some(path) => Some(process::PidFile::create(path)?),
@@ -276,11 +291,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .spawn(move || tick_clock(&shared, &clock))?
     };
 
-    notify::ready(&notify::serving_status(&shared.settings));
+    // A successor tells systemd it is the service's main process now (the one that was has
+    // exited or is exiting), so a hand-over can run inside one unit (docs/restart.md).
+    let status = notify::serving_status(&shared.settings);
+    match took_over {
+        true => notify::ready_as_main(&status),
+        false => notify::ready(&status),
+    }
+    if let Some(readiness) = readiness {
+        readiness.serving();
+    }
 
     let signal = reloader.until_stopped(&mut signals, &shared);
-    notify::stopping();
     let handed_over = offered.as_ref().is_some_and(takeover::Offered::handed_over);
+    // After a hand-over the service goes on in the successor: STOPPING=1 would stop the unit.
+    if !handed_over {
+        notify::stopping();
+    }
     if handed_over {
         tracing::info!("handing over: no new connections, finishing replies");
     } else {

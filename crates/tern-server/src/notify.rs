@@ -27,6 +27,14 @@ pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
+/// As [`ready`], from a process that took over from another (`--takeover`): it is the
+/// service's main process now (MAINPID=, which systemd accepts from any process of the unit
+/// under `NotifyAccess=all`), so a hand-over can run inside one unit (docs/restart.md).
+pub fn ready_as_main(status: &str) {
+    let pid = NotifyState::MainPid(std::process::id());
+    send(&[pid, NotifyState::Ready, NotifyState::Status(status)]);
+}
+
 /// A SIGHUP is being handled; systemd shows the unit as reloading until the next [`ready`].
 pub fn reloading() {
     // systemd 253+ wants the monotonic time with RELOADING=1 to tell this reload from a

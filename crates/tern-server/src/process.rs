@@ -2,20 +2,48 @@
 //! (`-P`), lock memory (`-k`).
 
 use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-/// Forks into the background: the parent exits 0, the child starts a new session, moves to `/`
-/// and points stdin/stdout (and stderr unless verbose) at /dev/null. Must run before any thread
-/// is started.
-pub fn daemonize(keep_stderr: bool) -> anyhow::Result<()> {
+/// The daemon's end of `-d`'s readiness pipe; [`Readiness::serving`] lets the parent exit.
+pub struct Readiness(std::fs::File);
+
+impl Readiness {
+    /// The daemon serves (and has told systemd so): the parent exits 0.
+    pub fn serving(mut self) {
+        let _ = self.0.write_all(b"1");
+    }
+}
+
+/// Forks into the background: the child starts a new session, moves to `/` and points
+/// stdin/stdout (and stderr unless verbose) at /dev/null; the parent exits once the child says
+/// it serves ([`Readiness::serving`]): 0, or 1 if the child died before. So whoever started
+/// `tern serve -d` (a shell, systemd's `ExecReload=` of a hand-over) sees the daemon serving
+/// when the command returns. Must run before any thread is started.
+pub fn daemonize(keep_stderr: bool) -> anyhow::Result<Readiness> {
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 fills the two-element array on success.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        bail!("-d: pipe failed: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
     // SAFETY: called before any thread is spawned, so the child is a full copy of a
-    // single-threaded process; the parent only calls _exit.
+    // single-threaded process; the parent only reads the pipe and calls _exit.
     match unsafe { libc::fork() } {
         -1 => bail!("-d: fork failed: {}", std::io::Error::last_os_error()),
-        0 => {}
-        _ => unsafe { libc::_exit(0) },
+        0 => drop(read),
+        _ => {
+            // The child's end closes when it exits: EOF without the byte means it died.
+            drop(write);
+            let mut byte = [0u8];
+            let served = std::fs::File::from(read).read_exact(&mut byte).is_ok();
+            // SAFETY: _exit ends the process without running the child's destructors twice.
+            unsafe { libc::_exit(if served { 0 } else { 1 }) }
+        }
     }
     // SAFETY: plain system calls on our own process and on fds we own.
     unsafe {
@@ -37,7 +65,7 @@ pub fn daemonize(keep_stderr: bool) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(Readiness(write.into()))
 }
 
 /// `-u`: as memcached does, only when running as root; otherwise the option is ignored.

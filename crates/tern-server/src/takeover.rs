@@ -7,8 +7,8 @@
 //! 2. new sends `go`: old stops accepting (the sockets stay open in new, so clients queue in
 //!    their backlogs), answers what it has read, closes its connections, saves (-e), removes
 //!    the control socket and its pidfile, and sends `done` ([`Offered::finish`]), then exits 0;
-//! 3. new matches the sockets to its own -l/-p/-s/--admin-port by their local address, maps the
-//!    memory file (restoring what old saved) and serves from the same sockets.
+//! 3. new matches the sockets to its own -l/-p/-U/-s/--admin-port by their type and local
+//!    address, maps the memory file (restoring what old saved) and serves from the same sockets.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::net::{self, Listener};
+use crate::udp;
 
 /// What old says first, followed by the number of sockets it attached and a newline.
 const HELLO: &str = "tern-takeover 1 ";
@@ -132,6 +133,7 @@ impl Offered {
 /// The sockets a successor received, until each is claimed by an address it listens on.
 pub struct Inherited {
     tcp: Vec<(SocketAddr, OwnedFd)>,
+    udp: Vec<(SocketAddr, OwnedFd)>,
     unix: Vec<(PathBuf, OwnedFd)>,
 }
 
@@ -174,11 +176,16 @@ pub fn take_over(path: &Path) -> anyhow::Result<Option<Inherited>> {
     }
     let mut inherited = Inherited {
         tcp: Vec::new(),
+        udp: Vec::new(),
         unix: Vec::new(),
     };
     for fd in fds {
-        let local = socket2::SockRef::from(&fd).local_addr()?;
+        let socket = socket2::SockRef::from(&fd);
+        let local = socket.local_addr()?;
         match local.as_socket() {
+            Some(addr) if socket.r#type()? == socket2::Type::DGRAM => {
+                inherited.udp.push((addr, fd))
+            }
             Some(addr) => inherited.tcp.push((addr, fd)),
             None => {
                 let unix = UnixListener::from(fd);
@@ -194,7 +201,7 @@ pub fn take_over(path: &Path) -> anyhow::Result<Option<Inherited>> {
     match stream.read_exact(&mut done) {
         Ok(()) if done == DONE => tracing::info!(
             "--takeover: took {} sockets from {}; it has stopped",
-            inherited.tcp.len() + inherited.unix.len(),
+            inherited.tcp.len() + inherited.udp.len() + inherited.unix.len(),
             path.display()
         ),
         // It kept the sockets open until it died, and a memory file without its clean mark
@@ -233,6 +240,27 @@ impl Inherited {
         Ok(listeners)
     }
 
+    /// The inherited UDP sockets on `addr` (at least `workers` of them, as [`Inherited::tcp`]).
+    /// Empty when old did not serve UDP there.
+    pub fn udp(
+        &mut self,
+        addr: SocketAddr,
+        workers: usize,
+    ) -> anyhow::Result<Vec<mio::net::UdpSocket>> {
+        let (mine, others) = std::mem::take(&mut self.udp)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(local, _)| *local == addr);
+        self.udp = others;
+        let mut sockets: Vec<mio::net::UdpSocket> = mine
+            .into_iter()
+            .map(|(_, fd)| mio::net::UdpSocket::from_std(std::net::UdpSocket::from(fd)))
+            .collect();
+        if !sockets.is_empty() && sockets.len() < workers {
+            sockets.extend(udp::bind(addr, workers - sockets.len())?);
+        }
+        Ok(sockets)
+    }
+
     /// The inherited unix listening socket at `path`, if old listened there.
     pub fn unix(&mut self, path: &Path) -> Option<Listener> {
         let at = self.unix.iter().position(|(p, _)| p == path)?;
@@ -252,6 +280,9 @@ impl Inherited {
     pub fn close_unclaimed(self) {
         for (addr, _) in &self.tcp {
             tracing::warn!("--takeover: no longer listening on {addr}");
+        }
+        for (addr, _) in &self.udp {
+            tracing::warn!("--takeover: no longer listening on UDP {addr}");
         }
         for (path, _) in &self.unix {
             tracing::warn!("--takeover: no longer listening on {}", path.display());

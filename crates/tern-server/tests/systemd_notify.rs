@@ -131,3 +131,78 @@ fn without_a_config_file_sighup_changes_nothing_and_does_not_stop_the_server() {
     drop(tern);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A hand-over inside one unit (docs/restart.md: `ExecReload=` starts the successor with
+/// `--takeover -d`, `NotifyAccess=all`): the old process says nothing as it goes (a STOPPING=1
+/// would stop the unit), the successor's daemon says MAINPID= (itself) with READY=1, and the
+/// command systemd started returns only after that, so systemd follows the new main process.
+#[test]
+fn a_successor_taking_over_with_d_names_itself_the_main_process_before_its_command_returns() {
+    let dir = scratch("takeover");
+    let (socket, socket_path) = manager(&dir);
+    let control = dir.join("takeover.sock");
+    let args = ["--takeover-socket", control.to_str().unwrap()];
+    let (mut old, port) = start(&args, &socket_path);
+    assert!(next_message(&socket).contains("READY=1"));
+
+    let mut reload = Command::new(tern_bin())
+        .args(["serve", "-l", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .args(["--takeover", "-d"])
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let command_pid = reload.id();
+    assert!(reload.wait().unwrap().success(), "tern serve -d exits 0");
+    // Already queued when the command returned: no waiting.
+    socket.set_nonblocking(true).unwrap();
+    let message = next_message(&socket);
+    assert!(message.lines().any(|l| l == "READY=1"), "{message:?}");
+    let main_pid: u32 = message
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .unwrap_or_else(|| panic!("no MAINPID= from the successor: {message:?}"))
+        .parse()
+        .unwrap();
+    assert_ne!(
+        main_pid, command_pid,
+        "the daemon, not the command that forked it"
+    );
+    assert!(old.0.wait().unwrap().success(), "the old server exits 0");
+    let mut buf = [0u8; 4096];
+    assert!(
+        socket.recv(&mut buf).is_err(),
+        "nothing more, from either: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+
+    let mut conn = Conn::connect(port);
+    assert_eq!(conn.stats("stats\r\n")["pid"], main_pid.to_string());
+    drop(conn);
+    // The daemon is not this test's child: stop it by its pid, and wait until it is gone.
+    let status = Command::new("kill")
+        .args(["-TERM", &main_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Gone, or a zombie where nothing reaps orphans.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{main_pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| !s.starts_with(" Z"))
+        })
+    };
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,14 +2,16 @@
 //! listening sockets and the memory file from the running one. No connection is refused, no
 //! reply is an error, no key stored before (or acknowledged during) the hand-over is missed;
 //! clients whose connection the old process closed reconnect and send their request again, as
-//! memcached clients do.
+//! memcached clients do. The load comes from `tern bench --reconnect` (open loop), and from
+//! this file's own clients, which also check that every `set` acknowledged around the hand-over
+//! is kept, value for value.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_testkit::{free_port, tern_bin, ServerProcess, PATIENCE};
@@ -21,6 +23,10 @@ const CLIENTS: u64 = 4;
 /// One request in this many is a `set` of a new key; the others `get` a key stored before.
 const SET_EVERY: u64 = 10;
 const KEYS: usize = 1000;
+
+/// The tests that put a 20,000 requests/s load on a server run one at a time: together they
+/// would starve each other (and the servers) of the machine's cores.
+static LOAD: Mutex<()> = Mutex::new(());
 
 #[derive(Default)]
 struct Tally {
@@ -183,6 +189,22 @@ fn serve_args(port: u16, dir: &Path, threads: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Starts the tern that will be taken over from, and waits until it offers its sockets: its
+/// port accepts (into the kernel's backlog) before the control socket is there. The control
+/// socket's mode is 0600 (whoever connects can stop the server: its user only), set once it
+/// listens.
+fn serve_offering(port: u16, dir: &Path, args: Vec<String>) -> ServerProcess {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args);
+    let server = ServerProcess::spawn(cmd, port);
+    let control = dir.join("takeover.sock");
+    await_until("the control socket, mode 0600", || {
+        std::fs::metadata(&control).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
+    });
+    server
+}
+
 /// Starts a tern that takes over from the one serving `port`. Not waited for as
 /// `ServerProcess::spawn` waits: the port accepts already (the old server's sockets).
 fn take_over(port: u16, args: Vec<String>) -> ServerProcess {
@@ -205,21 +227,130 @@ fn await_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// The worst latency in `tern bench`'s live lines (`max N us`), in µs.
+fn worst_of(lines: &[String]) -> f64 {
+    lines
+        .iter()
+        .filter_map(|line| {
+            line.split("max ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .fold(0.0, f64::max)
+}
+
 #[test]
-fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
+fn hand_over_under_tern_bench_refuses_nothing_and_misses_nothing() {
+    let _load = LOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("bench");
+    let port = free_port();
+    let mut old = serve_offering(port, &dir, serve_args(port, &dir, "2"));
+    // tern bench stores its 1,000 keys (k000000000000000...) first, then sends 100,000 requests
+    // (gets, one in ten a set of one of those keys) due at 20,000 a second: five seconds.
+    let mut bench = Command::new(tern_bin())
+        .args(["bench", "-s", &format!("127.0.0.1:{port}")])
+        .args(["-r", "20000", "-n", "100000", "--reconnect", "-k", "1000"])
+        .args(["-c", "4", "-p", "8", "-m", "get:9,set:1", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its stderr: a line per second of load, then the table.
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let stderr = BufReader::new(bench.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut before = Vec::new();
+    while before.len() < 2 {
+        let line = lines_rx
+            .recv_timeout(PATIENCE)
+            .expect("tern bench reports its first seconds of load");
+        if line.starts_with('[') {
+            before.push(line);
+        }
+    }
+    // Two seconds of load on the old server, then the hand-over.
+    let new = take_over(port, serve_args(port, &dir, "3"));
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    let out = bench.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines_rx.try_iter().collect();
+    let text = format!("{}\n{}", before.join("\n"), rest.join("\n"));
+    assert!(out.status.success(), "tern bench failed:\n{text}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let count = |pointer: &str| {
+        report
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_else(|| panic!("{pointer} in {report}"))
+    };
+    let during: Vec<String> = rest.into_iter().filter(|l| l.starts_with('[')).collect();
+    eprintln!(
+        "hand-over under tern bench -r 20000 --reconnect: worst latency {} µs over the run; \
+         {} µs in the seconds after the hand-over began, {} µs in the two before; {} reconnects",
+        report["latency_us"]["max"],
+        worst_of(&during),
+        worst_of(&before),
+        count("/reconnects")
+    );
+    assert_eq!(count("/preload/failed"), 0, "{text}");
+    assert_eq!(count("/errors/refused"), 0, "refused connections\n{text}");
+    let error_replies = ["error", "client_error", "server_error", "binary_status"]
+        .map(|kind| count(&format!("/errors/{kind}")));
+    assert_eq!(error_replies, [0; 4], "error replies\n{text}");
+    assert_eq!(count("/misses"), 0, "misses\n{text}");
+    assert_eq!(count("/errors_total"), 0, "{text}");
+    assert_eq!(count("/unanswered"), 0, "{text}");
+    assert_eq!(count("/requests"), 100_000, "{text}");
+    // Each of the 4 connections was open on the old server, which closed it: the load crossed
+    // the hand-over.
+    assert!(count("/reconnects") >= 4, "{text}");
+
+    let mut check = new.connect();
+    let stats = check.stats("stats\r\n");
+    assert_eq!(
+        stats["pid"],
+        new.pid().to_string(),
+        "the new process serves"
+    );
+    assert_ne!(
+        stats["get_hits"], "0",
+        "the new process served the load's gets"
+    );
+    assert_eq!(
+        stats["restored_items"], "1000",
+        "the old one's keys restored"
+    );
+    // tern bench's values are `abc...` cut to the value size (32 bytes).
+    let value: String = (b'a'..=b'z').chain(b'a'..=b'f').map(char::from).collect();
+    for i in 0..1000 {
+        let key = format!("k{i:015}");
+        check.expect(
+            format!("get {key}\r\n").as_bytes(),
+            format!("VALUE {key} 0 32\r\n{value}\r\nEND\r\n").as_bytes(),
+        );
+    }
+    drop(check);
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same hand-over under this file's own clients, which remember every `set` answered
+/// STORED (before, during or after it) and find each one afterwards, value for value.
+#[test]
+fn writes_acknowledged_around_a_hand_over_are_kept() {
+    let _load = LOAD.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("load");
     let port = free_port();
     // The new process has more workers than the old: it binds more sockets into the group.
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(serve_args(port, &dir, "2"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
-    // Whoever connects to the control socket can stop the server: its user only.
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir.join("takeover.sock"))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600, "the control socket's mode");
+    let mut old = serve_offering(port, &dir, serve_args(port, &dir, "2"));
     let mut setup = old.connect();
     for i in 0..KEYS {
         let key = format!("stored:{i}");
@@ -336,9 +467,7 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
         args.extend(["-P".to_string(), pidfile.display().to_string()]);
         args
     };
-    let mut old_cmd = Command::new(tern_bin());
-    old_cmd.args(args("3"));
-    let mut old = ServerProcess::spawn(old_cmd, port);
+    let mut old = serve_offering(port, &dir, args("3"));
     old.connect().expect(b"set k 3 0 1\r\nv\r\n", b"STORED\r\n");
 
     let new = take_over(port, args("1"));
@@ -366,6 +495,74 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
         written.trim(),
         new.pid().to_string(),
         "the pidfile names the new process"
+    );
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The inodes of the UDP sockets bound to `port` on this machine (`/proc/net/udp`): a socket
+/// keeps its inode for as long as any process holds it.
+fn udp_sockets_on(port: u16) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields[1].ends_with(&port).then(|| fields[9].to_string())
+        })
+        .collect()
+}
+
+/// A `get` over memcached's UDP frame (request id 1), answered in one datagram.
+fn udp_get(port: u16, key: &str) -> Vec<u8> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    socket.connect(("127.0.0.1", port)).unwrap();
+    let mut request = b"\0\x01\0\0\0\x01\0\0".to_vec();
+    request.extend_from_slice(format!("get {key}\r\n").as_bytes());
+    socket.send(&request).unwrap();
+    let mut reply = [0; 1500];
+    let n = socket.recv(&mut reply).expect("a UDP reply in time");
+    assert_eq!(&reply[..2], b"\0\x01", "the request's id");
+    reply[8..n].to_vec()
+}
+
+/// `-U` sockets are handed over like the TCP ones: the successor serves UDP from the very
+/// sockets the old process bound (their queues survive the hand-over), not from new ones.
+#[test]
+fn udp_sockets_are_handed_over() {
+    let dir = scratch("udp");
+    let port = free_port();
+    let udp_port = free_port();
+    let args = |threads: &str| {
+        let mut args = serve_args(port, &dir, threads);
+        args.extend(["-U".to_string(), udp_port.to_string()]);
+        args
+    };
+    let mut old = serve_offering(port, &dir, args("2"));
+    old.connect()
+        .expect(b"set k 5 0 2\r\nhi\r\n", b"STORED\r\n");
+    assert_eq!(udp_get(udp_port, "k"), b"VALUE k 5 2\r\nhi\r\nEND\r\n");
+    let old_sockets = udp_sockets_on(udp_port);
+    assert_eq!(old_sockets.len(), 2, "one UDP socket per worker");
+
+    let new = take_over(port, args("3"));
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    // The old one is gone: the successor answers, and the key it restored is there.
+    assert_eq!(udp_get(udp_port, "k"), b"VALUE k 5 2\r\nhi\r\nEND\r\n");
+    let new_sockets = udp_sockets_on(udp_port);
+    for socket in &old_sockets {
+        assert!(
+            new_sockets.contains(socket),
+            "the old process's UDP socket {socket} lives on in the new one ({new_sockets:?})"
+        );
+    }
+    assert_eq!(
+        new_sockets.len(),
+        3,
+        "a third socket joined for the third worker"
     );
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);

@@ -147,7 +147,7 @@ pub struct ServeArgs {
     /// More logging on stderr: -v info, -vv debug, -vvv trace [default: warnings only].
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Run in the background (fork, new session, stdio to /dev/null).
+    /// Run in the background (fork, new session, stdio to /dev/null); returns once it serves.
     #[arg(short = 'd', long)]
     pub daemon: bool,
     /// Drop root privileges to this user after opening the sockets (ignored when not root).
