@@ -98,7 +98,10 @@ impl TlsClient {
         let taken = self.session.read_tls(&mut unfed)?;
         if taken == 0 {
             // rustls takes some of any non-empty input; were it not to, `read` would spin.
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "rustls took no input"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "rustls took no input",
+            ));
         }
         self.fed += taken;
         if self.fed == self.received {
