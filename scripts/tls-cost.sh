@@ -4,7 +4,7 @@
 # at 32 connections x pipeline 16 and x pipeline 1. Runs alternate A, B, C, A, B, C, ... so drift
 # of a shared machine touches every server alike; prints each run and the medians: throughput,
 # the server's CPU per request (tern bench reads it from /proc) and the generator's (its user +
-# system time over the warm-up and the measured seconds, per request; the keys are stored once per
+# system time over its start, the warm-up and the measured seconds, per request; the keys are stored once per
 # server before the rounds, so no run's preload is in it).
 # Usage: scripts/tls-cost.sh [ROUNDS] (default 3). Needs target/release/tern and memcached.
 # TLS_COST_RT=1 runs the servers and the generator under SCHED_FIFO (chrt -f 10), so the other
@@ -53,7 +53,7 @@ for pipeline in 16 1; do
       target $name
       out=$(/usr/bin/time -o "$dir/time" -f '%U %S' "${rt[@]}" taskset -c 1 $tern bench \
         "${args[@]}" "${workload[@]}" -t 1 -c 32 -p "$pipeline" --no-preload --warmup 1s -d 5s \
-        2>/dev/null)
+        -q)
       ops=$(awk '/throughput/ {print $2}' <<<"$out")
       us=$(awk '/server cpu/ {print $5}' <<<"$out")
       # The warm-up second is counted at the measured rate.

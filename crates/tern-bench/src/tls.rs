@@ -1,7 +1,7 @@
 //! `--tls-ca FILE`: the generator's connections over TLS, trusting that CA. The handshake runs
 //! blocking at connect time; afterwards the session is driven by the worker's event loop like a
 //! plain socket: one `recv` takes up to 64 KiB of records (a short one means the socket is
-//! drained), a write encrypts what the session buffers into one record and sends it with one
+//! drained), a write encrypts a batch into records of up to 16 KiB and sends them with one
 //! system call, and encrypted bytes left unsent ask for a writable edge.
 
 use std::io::{self, Read, Write};
