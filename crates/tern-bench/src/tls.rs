@@ -1,7 +1,8 @@
 //! `--tls-ca FILE`: the generator's connections over TLS, trusting that CA. The handshake runs
 //! blocking at connect time; afterwards the session is driven by the worker's event loop like a
-//! plain socket: a short read means the socket is drained, a write encrypts what the session
-//! buffers and sends it, and encrypted bytes left unsent ask for a writable edge.
+//! plain socket: one `recv` takes up to 64 KiB of records (a short one means the socket is
+//! drained), a write encrypts a batch into records of up to 16 KiB and sends them with one
+//! system call, and encrypted bytes left unsent ask for a writable edge.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -31,10 +32,20 @@ pub fn client_config(ca: &Path) -> anyhow::Result<Arc<ClientConfig>> {
     ))
 }
 
+/// Bytes of ciphertext one `recv` may bring in: several full records (16 KiB of plaintext
+/// each at most), so a pipeline's replies take one system call instead of rustls's 4 KiB reads.
+const CIPHERTEXT_READ: usize = 64 * 1024;
+
 /// A TLS session over a non-blocking socket, its handshake done.
 pub struct TlsClient {
     pub tcp: TcpStream,
     session: ClientConnection,
+    /// Received from the socket, not yet handed to rustls: bytes `fed..received`.
+    ciphertext: Box<[u8]>,
+    fed: usize,
+    received: usize,
+    /// The last `recv` came back short: the socket is empty until its next readable edge.
+    drained: bool,
 }
 
 impl TlsClient {
@@ -55,6 +66,10 @@ impl TlsClient {
         Ok(TlsClient {
             tcp: TcpStream::from_std(tcp),
             session,
+            ciphertext: vec![0; CIPHERTEXT_READ].into_boxed_slice(),
+            fed: 0,
+            received: 0,
+            drained: false,
         })
     }
 
@@ -75,10 +90,36 @@ impl TlsClient {
         }
         Ok(())
     }
+
+    /// Hands rustls the next part of the received ciphertext (it takes up to 4 KiB a call) and
+    /// decrypts the records it completes.
+    fn feed(&mut self) -> io::Result<()> {
+        let mut unfed = &self.ciphertext[self.fed..self.received];
+        let taken = self.session.read_tls(&mut unfed)?;
+        if taken == 0 {
+            // rustls takes some of any non-empty input; were it not to, `read` would spin.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "rustls took no input",
+            ));
+        }
+        self.fed += taken;
+        if self.fed == self.received {
+            self.fed = 0;
+            self.received = 0;
+        }
+        self.session
+            .process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // A key update or an alert may want an answer.
+        self.push()
+    }
 }
 
 impl Read for TlsClient {
-    /// Plaintext into `buf`; short only once the socket is drained.
+    /// Plaintext into `buf`; short only once the socket is drained (a `recv` came back short),
+    /// so the caller waits for the next edge as with a plain socket, without the `recv` that
+    /// would only say `WouldBlock`.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut filled = 0;
         loop {
@@ -86,21 +127,40 @@ impl Read for TlsClient {
                 return Ok(filled);
             }
             match self.session.reader().read(&mut buf[filled..]) {
+                // The server's close_notify.
                 Ok(0) => return Ok(filled),
                 Ok(n) => {
                     filled += n;
                     continue;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The socket closed without close_notify: an end like any other.
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(filled),
                 Err(e) => return Err(e),
             }
-            match self.session.read_tls(&mut self.tcp) {
-                Ok(_) => {
+            if self.fed < self.received {
+                self.feed()?;
+                continue;
+            }
+            if self.drained {
+                self.drained = false;
+                return if filled > 0 {
+                    Ok(filled)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
+            match self.tcp.read(&mut self.ciphertext) {
+                Ok(0) => {
+                    // The end of the stream: rustls's reader says whether it was clean.
+                    self.session.read_tls(&mut io::empty())?;
                     self.session
                         .process_new_packets()
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    self.push()?;
+                }
+                Ok(n) => {
+                    self.received = n;
+                    self.drained = n < self.ciphertext.len();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return if filled > 0 { Ok(filled) } else { Err(e) };
