@@ -44,8 +44,8 @@ const BUFFER_GROUP: u16 = 0;
 /// Received bytes a connection holds unread before its receive is cancelled (backpressure: it
 /// reads nothing while its replies wait for the client); re-armed below half of it.
 const INPUT_LIMIT: usize = 256 * 1024;
-/// Reply bytes a connection queues for the ring beyond the send in flight; more stay in its
-/// write buffer (where `conn.rs` counts them for its backpressure).
+/// Past this many reply bytes queued for the ring beyond the send in flight, a connection's
+/// writes wait in its write buffer (where `conn.rs` counts them for its backpressure).
 const SEND_QUEUE_LIMIT: usize = 256 * 1024;
 /// A connection's staging buffers are kept between turns up to this capacity, freed above it.
 const KEEP_CAPACITY: usize = 16 * 1024;
@@ -146,13 +146,13 @@ impl Write for RingIo {
         if let Some(errno) = self.error {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        let room = SEND_QUEUE_LIMIT.saturating_sub(self.queued.len());
-        if room == 0 && !buf.is_empty() {
+        // All or nothing: a connection writes its whole write buffer at once, which it only
+        // empties (and reuses from the start) once all of it is taken.
+        if self.queued.len() >= SEND_QUEUE_LIMIT && !buf.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let n = room.min(buf.len());
-        self.queued.extend_from_slice(&buf[..n]);
-        Ok(n)
+        self.queued.extend_from_slice(buf);
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -221,7 +221,9 @@ impl BufRing {
         // completion and writes no more into buffer `bid` until `give_back` publishes it again.
         unsafe {
             std::slice::from_raw_parts(
-                self.buffers.as_ptr().add(usize::from(bid) * RECV_BUFFER_SIZE),
+                self.buffers
+                    .as_ptr()
+                    .add(usize::from(bid) * RECV_BUFFER_SIZE),
                 len,
             )
         }
@@ -237,7 +239,10 @@ impl BufRing {
         // so the kernel sees the entry once it sees the tail.
         unsafe {
             let entry = &mut *self.entries.as_ptr().add(slot);
-            let addr = self.buffers.as_ptr().add(usize::from(bid) * RECV_BUFFER_SIZE);
+            let addr = self
+                .buffers
+                .as_ptr()
+                .add(usize::from(bid) * RECV_BUFFER_SIZE);
             entry.set_addr(addr as u64);
             entry.set_len(RECV_BUFFER_SIZE as u32);
             entry.set_bid(bid);
@@ -489,7 +494,9 @@ impl Engine {
                 _ => 0,
             }
         };
-        let wanted = (shared.settings.conn_limit + 64).min(nofile / 2).min(1 << 16);
+        let wanted = (shared.settings.conn_limit + 64)
+            .min(nofile / 2)
+            .min(1 << 16);
         let fixed_files = match ring.submitter().register_files_sparse(wanted as u32) {
             Ok(()) => wanted,
             Err(e) => {
@@ -563,8 +570,7 @@ impl Engine {
             if self.holders.len() > MAX_HOLDERS {
                 self.sweep_buffers();
             }
-            self.buffers
-                .publish(&self.shared.workers[self.id].metrics);
+            self.buffers.publish(&self.shared.workers[self.id].metrics);
             self.wait();
             self.complete();
             self.drive_marked();
@@ -587,9 +593,7 @@ impl Engine {
     fn wait(&mut self) {
         let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
             Some(Duration::ZERO)
-        } else if self.draining_since.is_some()
-            || self.accept_paused
-            || self.accept_retry.is_some()
+        } else if self.draining_since.is_some() || self.accept_paused || self.accept_retry.is_some()
         {
             Some(Duration::from_millis(50))
         } else if self.shared.settings.idle_timeout_secs > 0 {

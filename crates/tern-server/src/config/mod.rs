@@ -436,7 +436,9 @@ impl Settings {
             bail!("-Y: UDP has no connection to authenticate; leave -U off with an auth file");
         }
         if self.tls.enabled && self.io_engine == IoEngine::Uring {
-            bail!("-Z: TLS is served by the epoll engine only; leave --io-engine=uring off with -Z");
+            bail!(
+                "-Z: TLS is served by the epoll engine only; leave --io-engine=uring off with -Z"
+            );
         }
         if self.tls.enabled && self.port == 0 {
             bail!("-Z: TLS needs a TCP port");
