@@ -586,6 +586,27 @@ mod tests {
     }
 
     #[test]
+    fn io_engine_from_flag_and_file_and_never_uring_with_tls() {
+        assert_eq!(settings(&[]).unwrap().io_engine, IoEngine::Epoll);
+        let s = settings(&["--io-engine", "uring"]).unwrap();
+        assert_eq!(s.io_engine, IoEngine::Uring);
+        let dir = Scratch::new("io-engine");
+        let toml = dir.file("tern.toml", "io_engine = \"uring\"\n");
+        assert_eq!(
+            settings(&["--config", &toml]).unwrap().io_engine,
+            IoEngine::Uring
+        );
+        let flag_wins = settings(&["--config", &toml, "--io-engine=epoll"]).unwrap();
+        assert_eq!(flag_wins.io_engine, IoEngine::Epoll);
+        assert!(error(&["--io-engine", "poll"]).contains("invalid value 'poll'"));
+        let tls = error(&["--io-engine=uring", "-Z", "-o", "ssl_chain_cert=/x.pem"]);
+        assert!(
+            tls.contains("TLS is served by the epoll engine only"),
+            "{tls}"
+        );
+    }
+
+    #[test]
     fn defaults_are_memcached_defaults() {
         let s = settings(&[]).unwrap();
         assert_eq!(s, Settings::default());
