@@ -66,6 +66,14 @@ for label, col, fmt in (("throughput (ops/s)", 1, ".0f"), ("server CPU (us/reque
                         ("latency p50 (us)", 3, ".1f"), ("latency p99 (us)", 4, ".1f"),
                         ("latency p99.9 (us)", 5, ".1f")):
     print(f"{label:28}" + "".join(f"{med(n, col):>12{fmt}}" for n in names))
+# Each round's servers ran back to back, so a ratio within a round shares that round's noise;
+# the median of those ratios is the steadier figure on a busy machine.
+by_round = lambda name: [r for r in rows if r[0] == name]
+paired = lambda a, b, col: statistics.median(
+    float(x[col]) / float(y[col]) for x, y in zip(by_round(a), by_round(b)))
+print(f"per-round ratios, median: uring/epoll CPU {paired('uring', 'epoll', 2):.2f}x, "
+      f"throughput {paired('uring', 'epoll', 1):.2f}x; uring/responder CPU "
+      f"{paired('uring', 'responder', 2):.2f}x, throughput {paired('uring', 'responder', 1):.2f}x")
 cpu = {n: med(n, 2) for n in names}
 ops = {n: med(n, 1) for n in names}
 print(f"uring / responder: CPU per request {cpu['uring'] / cpu['responder']:.2f}x, throughput {ops['uring'] / ops['responder']:.2f}x")

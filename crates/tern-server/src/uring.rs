@@ -945,8 +945,10 @@ impl Engine {
         for &idx in &queue {
             self.drive(idx);
         }
+        // The list's allocation is kept for the next turn (with anything marked meanwhile).
+        queue.clear();
+        queue.append(&mut self.to_drive);
         self.to_drive = queue;
-        self.to_drive.clear();
         for idx in std::mem::take(&mut self.udp_again) {
             self.serve_udp(idx);
         }
@@ -1219,5 +1221,102 @@ fn conn_ended(conn: &Conn) -> bool {
     match &conn.stream {
         Stream::Ring(io) => io.eof || io.error.is_some(),
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn ring_io() -> (RingIo, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let stream = Stream::Unix(mio::net::UnixStream::from_std(ours));
+        (RingIo::new(stream), theirs)
+    }
+
+    #[test]
+    fn reads_take_what_receives_brought_then_would_block_then_the_end() {
+        let (mut io, _peer) = ring_io();
+        io.input.extend_from_slice(b"get a\r\nget b\r\n");
+        let mut buf = [0u8; 7];
+        assert_eq!(io.read(&mut buf).unwrap(), 7);
+        assert_eq!(&buf, b"get a\r\n");
+        assert_eq!(io.unread(), 7);
+        let mut rest = [0u8; 64];
+        assert_eq!(io.read(&mut rest).unwrap(), 7);
+        assert_eq!(io.input.len(), 0, "consumed input is dropped");
+        let e = io.read(&mut rest).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        io.eof = true;
+        assert_eq!(io.read(&mut rest).unwrap(), 0);
+        io.error = Some(libc::ECONNRESET);
+        assert_eq!(
+            io.read(&mut rest).unwrap_err().raw_os_error(),
+            Some(libc::ECONNRESET)
+        );
+    }
+
+    #[test]
+    fn writes_queue_whole_until_the_limit() {
+        let (mut io, _peer) = ring_io();
+        assert!(!io.pending_output());
+        let big = vec![b'v'; SEND_QUEUE_LIMIT + 10];
+        // Under the limit a write is taken whole, however large, so a connection's write
+        // buffer empties and restarts from its beginning.
+        assert_eq!(io.write(&big).unwrap(), big.len());
+        assert!(io.pending_output());
+        let e = io.write(b"more").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(io.write(b"").unwrap(), 0);
+        io.error = Some(libc::EPIPE);
+        assert_eq!(
+            io.write(b"x").unwrap_err().raw_os_error(),
+            Some(libc::EPIPE)
+        );
+    }
+
+    /// The buffer ring as the kernel uses it: multishot receives fill its buffers, each handed
+    /// back after its bytes are read, more often than the ring has buffers.
+    #[test]
+    fn the_buffer_ring_carries_multishot_receives() {
+        if let Some(why) = unavailable() {
+            panic!("io_uring is needed for this test: {why}");
+        }
+        let mut ring = build_ring().unwrap();
+        let mut bufs = BufRing::new().unwrap();
+        bufs.register(&ring).unwrap();
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let recv = opcode::RecvMulti::new(types::Fd(ours.as_raw_fd()), BUFFER_GROUP).build();
+        // SAFETY: a receive into provided buffers points at no memory of the test's.
+        unsafe { ring.submission().push(&recv.user_data(7)).unwrap() };
+        let mut received = Vec::new();
+        let mut sent = Vec::new();
+        for round in 0..(3 * usize::from(RECV_BUFFERS)) {
+            let message = format!("message {round}\n");
+            theirs.write_all(message.as_bytes()).unwrap();
+            sent.extend_from_slice(message.as_bytes());
+            while received.len() < sent.len() {
+                ring.submit_and_wait(1).unwrap();
+                let completions: Vec<_> = ring.completion().collect();
+                for cqe in completions {
+                    assert_eq!(cqe.user_data(), 7);
+                    let len = usize::try_from(cqe.result()).expect("a receive's length");
+                    let bid = cqueue::buffer_select(cqe.flags()).expect("a provided buffer");
+                    received.extend_from_slice(bufs.bytes(bid, len));
+                    bufs.give_back(bid);
+                    assert!(cqueue::more(cqe.flags()), "the receive goes on");
+                }
+            }
+        }
+        assert_eq!(received, sent);
+        let _ = ring
+            .submitter()
+            .register_sync_cancel(None, types::CancelBuilder::any());
+        ring.submitter().unregister_buf_ring(BUFFER_GROUP).unwrap();
+        drop(ring);
+        drop(bufs);
     }
 }
