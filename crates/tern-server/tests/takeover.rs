@@ -216,7 +216,9 @@ fn hand_over_under_load_refuses_nothing_and_misses_nothing() {
     let mut old_cmd = Command::new(tern_bin());
     old_cmd.args(serve_args(port, &dir, "2"));
     let mut old = ServerProcess::spawn(old_cmd, port);
-    // Whoever connects to the control socket can stop the server: its user only.
+    // Whoever connects to the control socket can stop the server: its user only. (The port
+    // accepts from its bind on, before the control socket is made.)
+    await_until("the control socket", || dir.join("takeover.sock").exists());
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir.join("takeover.sock"))
         .unwrap()
