@@ -162,6 +162,12 @@ impl Conn {
         self.resuming
     }
 
+    /// Asked to close once its replies are sent (`quit`, a drain): an engine that learns of sends
+    /// completing (io_uring) drives it again then.
+    pub fn closing(&self) -> bool {
+        self.close_after_write
+    }
+
     /// Stop serving: send what is queued, then close.
     pub fn finish(&mut self) {
         self.close_after_write = true;

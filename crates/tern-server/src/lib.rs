@@ -1,7 +1,8 @@
 //! tern's server: `tern serve`. Module map (docs/ARCHITECTURE.md follows a request through it):
 //! - `config`: every option (memcached's flags, the TOML file) merged into [`Settings`];
 //! - `net`: listening sockets and client streams; `udp`: memcached's UDP transport (`-U`);
-//! - `worker`: one mio event loop per thread, accepting and driving connections;
+//! - `worker`: one mio event loop per thread, accepting and driving connections; `uring`: the
+//!   same on io_uring (`--io-engine=uring`);
 //! - `conn`: a connection's buffers, skipping of refused data, the `-R` budget, backpressure;
 //! - `framing`: what the serve loops share (where replies go, how far they got);
 //! - `text`, `meta`, `binary`: the wire formats, translating requests to the operations layer
@@ -37,6 +38,7 @@ mod takeover;
 mod text;
 mod tls;
 mod udp;
+mod uring;
 mod watch;
 mod worker;
 
@@ -47,6 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use config::IoEngine;
 pub use config::{ServeArgs, Settings};
 use mio::{Poll, Waker};
 pub use ops::VERSION_REPLY;
@@ -242,6 +245,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    if settings.io_engine == IoEngine::Uring {
+        // Once, for every worker: a kernel without what the engine needs serves with epoll.
+        if let Some(why) = uring::unavailable() {
+            tracing::warn!("--io-engine=uring: {why}; the workers use epoll");
+            settings.io_engine = IoEngine::Epoll;
+        }
+    }
     let mut shared = Shared::new(settings, store);
     shared.store.observe_evictions(watch::observe_evictions(
         shared.watchers.clone(),
@@ -270,16 +280,28 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for (id, (listeners, udp)) in per_worker.into_iter().zip(udp_per_worker).enumerate() {
         let poll = Poll::new()?;
         wakers.push(Waker::new(poll.registry(), WAKER)?);
-        let mut worker = Worker::new(id, shared.clone(), poll, listeners)?;
-        for socket in udp {
-            worker.add_udp(socket)?;
-        }
+        let run: Box<dyn FnOnce() + Send> = match shared.settings.io_engine {
+            IoEngine::Epoll => {
+                let mut worker = Worker::new(id, shared.clone(), poll, listeners)?;
+                for socket in udp {
+                    worker.add_udp(socket)?;
+                }
+                Box::new(move || worker.run())
+            }
+            IoEngine::Uring => {
+                let mut worker = uring::UringWorker::new(id, shared.clone(), poll, listeners);
+                for socket in udp {
+                    worker.add_udp(socket);
+                }
+                Box::new(move || worker.run())
+            }
+        };
         // The thread inherits the main thread's affinity at spawn.
         placement.enter_worker(id)?;
         threads.push(
             std::thread::Builder::new()
                 .name(format!("tern-worker-{id}"))
-                .spawn(move || worker.run())
+                .spawn(run)
                 .context("starting a worker thread (with -k, its stack counts against the locked-memory limit)")?,
         );
     }

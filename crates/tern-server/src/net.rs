@@ -15,12 +15,16 @@ use socket2::{Domain, Socket, Type};
 
 use crate::config::ListenTls;
 use crate::tls::{Tls, TlsStream};
+use crate::uring::RingIo;
 
 /// A client connection, over TCP (plain or TLS) or a unix socket.
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<TlsStream>),
+    /// A TCP or unix socket whose I/O the io_uring engine does (`uring.rs`): reads take what
+    /// its receives brought, writes are queued for its next submit.
+    Ring(Box<RingIo>),
 }
 
 impl Stream {
@@ -35,6 +39,7 @@ impl Stream {
             )),
             // Log lines written past the TLS session would reach the client as garbage.
             Stream::Tls(_) => return Err(io::ErrorKind::Unsupported.into()),
+            Stream::Ring(s) => return s.socket.duplicate(),
         })
     }
 
@@ -43,15 +48,18 @@ impl Stream {
         match self {
             Stream::Tcp(s) => Some(s),
             Stream::Tls(s) => Some(&s.tcp),
+            Stream::Ring(s) => s.socket.tcp(),
             Stream::Unix(_) => None,
         }
     }
 
-    /// Encrypted bytes wait for the socket (TLS only): the connection wants writable edges.
+    /// Encrypted bytes wait for the socket (TLS), or queued bytes for the ring's send: the
+    /// connection wants writable edges (or its send's completion).
     #[inline]
     pub fn pending_output(&self) -> bool {
         match self {
             Stream::Tls(s) => s.pending_output(),
+            Stream::Ring(s) => s.pending_output(),
             _ => false,
         }
     }
@@ -69,6 +77,7 @@ impl Read for Stream {
             Stream::Tcp(s) => Ok(rustix::net::recv(&*s, buf, flags)?.0),
             Stream::Unix(s) => Ok(rustix::net::recv(&*s, buf, flags)?.0),
             Stream::Tls(s) => s.read(buf),
+            Stream::Ring(s) => s.read(buf),
         }
     }
 }
@@ -81,6 +90,7 @@ impl Write for Stream {
             Stream::Tcp(s) => Ok(rustix::net::send(&*s, buf, flags)?),
             Stream::Unix(s) => Ok(rustix::net::send(&*s, buf, flags)?),
             Stream::Tls(s) => s.write(buf),
+            Stream::Ring(s) => s.write(buf),
         }
     }
 
@@ -100,6 +110,7 @@ impl Source for Stream {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
             Stream::Tls(s) => s.tcp.register(r, t, i),
+            Stream::Ring(s) => s.socket.register(r, t, i),
         }
     }
 
@@ -108,6 +119,7 @@ impl Source for Stream {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
             Stream::Tls(s) => s.tcp.reregister(r, t, i),
+            Stream::Ring(s) => s.socket.reregister(r, t, i),
         }
     }
 
@@ -116,6 +128,7 @@ impl Source for Stream {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
             Stream::Tls(s) => s.tcp.deregister(r),
+            Stream::Ring(s) => s.socket.deregister(r),
         }
     }
 }

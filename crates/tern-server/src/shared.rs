@@ -114,7 +114,7 @@ impl Shared {
         let numa_node = s.numa_node.map_or("off".to_string(), |n| n.to_string());
         let eviction = format!("{:?}", s.effective_eviction()).to_lowercase();
         let hashpower = s.hashpower.unwrap_or(0);
-        let lines: [(&str, &dyn std::fmt::Display); 31] = [
+        let lines: [(&str, &dyn std::fmt::Display); 32] = [
             ("maxbytes", &(s.memory_limit_mb << 20)),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
@@ -146,6 +146,7 @@ impl Shared {
             ("eviction", &eviction),
             ("worker_cpus", &self.worker_cpus),
             ("numa_node", &numa_node),
+            ("io_engine", &s.io_engine.name()),
         ];
         let mut lines: Vec<(String, String)> = lines
             .iter()

@@ -31,9 +31,9 @@ const FIRST_CONN: usize = 1 << 20;
 /// worker takes back what they no longer need. Lending and taking back on every turn instead
 /// cost an unpipelined get ~140 instructions (+7.5%); this way a busy connection keeps its
 /// buffers, and at most this many idle ones per worker hold 32 KiB each.
-const MAX_HOLDERS: usize = 16;
+pub(crate) const MAX_HOLDERS: usize = 16;
 /// How long a stopping worker waits for clients to take their last replies.
-const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
 pub struct Worker {
     id: usize,
@@ -482,7 +482,7 @@ impl Worker {
 }
 
 /// memcached's `conn_new` / `conn_close` watch lines.
-fn log_conn_event(shared: &Shared, stream: &Stream, fd: i32, event: &str, reason: &str) {
+pub(crate) fn log_conn_event(shared: &Shared, stream: &Stream, fd: i32, event: &str, reason: &str) {
     if !shared.watchers.watching(Kind::Connevents) {
         return;
     }

@@ -365,6 +365,7 @@ fn stat_groups_answer_as_memcached_does() {
         "eviction",
         "worker_cpus",
         "numa_node",
+        "io_engine",
         "tls_handshake_timeout",
     ];
     for group in [&b"settings"[..], b"items"] {

@@ -172,7 +172,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn serve_args(port: u16, dir: &Path, threads: &str) -> Vec<String> {
-    [
+    let mut args: Vec<String> = [
         "serve",
         "-l",
         "127.0.0.1",
@@ -186,7 +186,10 @@ fn serve_args(port: u16, dir: &Path, threads: &str) -> Vec<String> {
         &dir.join("takeover.sock").display().to_string(),
     ]
     .map(String::from)
-    .to_vec()
+    .to_vec();
+    // TERN_TEST_IO_ENGINE: the hand-over's "stop accepting" under each engine.
+    args.extend(tern_testkit::io_engine_args(&[]));
+    args
 }
 
 /// Starts the tern that will be taken over from, and waits until it offers its sockets: its

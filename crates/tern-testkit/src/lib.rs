@@ -73,6 +73,9 @@ impl ServerProcess {
     /// With `TERN_TEST_TLS=1` in the environment, tern serves TLS on a port of its own and a
     /// relay in this process turns plain connections to `port` into TLS ones to it, so every
     /// end-to-end test runs unchanged over TLS.
+    ///
+    /// With `TERN_TEST_IO_ENGINE=uring` (or `epoll`), tern runs with that `--io-engine` unless
+    /// the test names one itself, so every end-to-end test runs unchanged on io_uring.
     pub fn tern_on_port(port: u16, args: &[&str]) -> ServerProcess {
         if std::env::var_os("TERN_TEST_TLS").is_some_and(|v| v == "1") {
             return Self::tern_behind_tls_relay(port, args);
@@ -80,6 +83,7 @@ impl ServerProcess {
         let mut cmd = Command::new(tern_bin());
         cmd.arg("serve")
             .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+            .args(io_engine_args(args))
             .args(args);
         Self::spawn(cmd, port)
     }
@@ -188,6 +192,16 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// `--io-engine=ENGINE` from `TERN_TEST_IO_ENGINE`, unless `args` choose an engine.
+pub fn io_engine_args(args: &[&str]) -> Vec<String> {
+    match std::env::var("TERN_TEST_IO_ENGINE") {
+        Ok(engine) if !args.iter().any(|a| a.starts_with("--io-engine")) => {
+            vec![format!("--io-engine={engine}")]
+        }
+        _ => Vec::new(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, FromArgMatches};
 
-use super::{extended, Protocol};
+use super::{extended, IoEngine, Protocol};
 
 const MEMCACHED_IGNORED: &str =
     "memcached options tern accepts and ignores (named in a start-up warning)";
@@ -220,6 +220,12 @@ pub struct ServeArgs {
     /// threads on its CPUs, or on the --pin CPUs, which must be on the node).
     #[arg(long, value_name = "N", help_heading = TERN)]
     pub numa_node: Option<usize>,
+    /// How workers do socket I/O: epoll (an event loop, a read and a write system call per
+    /// wake-up) or uring (io_uring: multishot accept and receive into a buffer ring, a turn's
+    /// sends submitted with one system call; Linux 6.1 or later, else epoll with a warning;
+    /// not with -Z) [default: epoll].
+    #[arg(long, value_enum, value_name = "epoll|uring", help_heading = TERN)]
+    pub io_engine: Option<IoEngine>,
 }
 
 impl ServeArgs {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{parse_mask, parse_size, split_list, tls, Protocol, Settings};
+use super::{parse_mask, parse_size, split_list, tls, IoEngine, Protocol, Settings};
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
@@ -60,6 +60,7 @@ pub(super) struct FileConfig {
     tls_handshake_timeout: Option<u64>,
     auth_file: Option<PathBuf>,
     enable_sasl: Option<bool>,
+    io_engine: Option<IoEngine>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -104,6 +105,7 @@ impl Settings {
             disable_watch => watch_disabled, idle_timeout => idle_timeout_secs,
             maxconns_fast => maxconns_fast, verbose => verbose, daemon => daemon,
             hotkey_sample_rate => hotkey_sample_rate, hotkey_window => hotkey_window_secs,
+            io_engine => io_engine,
         );
         if f.admin_port.is_some() {
             self.admin_port = f.admin_port;

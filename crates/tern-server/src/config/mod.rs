@@ -48,6 +48,28 @@ impl Protocol {
     }
 }
 
+/// `--io-engine`: how a worker thread waits for and does its socket I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoEngine {
+    /// One mio (epoll, edge-triggered) event loop per worker, a read and a write per wake-up.
+    #[default]
+    Epoll,
+    /// io_uring: multishot accept and receive into a provided buffer ring, every send of a
+    /// turn submitted with one system call (falls back to epoll where the kernel lacks it).
+    Uring,
+}
+
+impl IoEngine {
+    /// The name `stats settings` and `--io-engine` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::Epoll => "epoll",
+            IoEngine::Uring => "uring",
+        }
+    }
+}
+
 /// The settings the server runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -111,6 +133,9 @@ pub struct Settings {
     pub auth_file: Option<PathBuf>,
     /// `-S`: binary clients authenticate with SASL PLAIN (users from `MEMCACHED_SASL_PWDB`).
     pub enable_sasl: bool,
+    /// `--io-engine`; after start-up, the engine the workers actually run (epoll where the
+    /// kernel lacks io_uring).
+    pub io_engine: IoEngine,
 }
 
 impl Default for Settings {
@@ -158,6 +183,7 @@ impl Default for Settings {
             tls: TlsOptions::default(),
             auth_file: None,
             enable_sasl: false,
+            io_engine: IoEngine::Epoll,
         }
     }
 }
@@ -230,7 +256,7 @@ impl Settings {
             max_reqs_per_event => max_reqs_per_event, listen_backlog => listen_backlog,
             protocol => protocol, idle_timeout => idle_timeout_secs,
             maxconns_fast => maxconns_fast, hotkey_sample_rate => hotkey_sample_rate,
-            hotkey_window => hotkey_window_secs,
+            hotkey_window => hotkey_window_secs, io_engine => io_engine,
         );
         if a.hashpower.is_some() {
             self.hashpower = a.hashpower;
@@ -409,6 +435,11 @@ impl Settings {
         if (self.auth_file.is_some() || self.enable_sasl) && self.udp_port != 0 {
             bail!("-Y: UDP has no connection to authenticate; leave -U off with an auth file");
         }
+        if self.tls.enabled && self.io_engine == IoEngine::Uring {
+            bail!(
+                "-Z: TLS is served by the epoll engine only; leave --io-engine=uring off with -Z"
+            );
+        }
         if self.tls.enabled && self.port == 0 {
             bail!("-Z: TLS needs a TCP port");
         }
@@ -552,6 +583,27 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+
+    #[test]
+    fn io_engine_from_flag_and_file_and_never_uring_with_tls() {
+        assert_eq!(settings(&[]).unwrap().io_engine, IoEngine::Epoll);
+        let s = settings(&["--io-engine", "uring"]).unwrap();
+        assert_eq!(s.io_engine, IoEngine::Uring);
+        let dir = Scratch::new("io-engine");
+        let toml = dir.file("tern.toml", "io_engine = \"uring\"\n");
+        assert_eq!(
+            settings(&["--config", &toml]).unwrap().io_engine,
+            IoEngine::Uring
+        );
+        let flag_wins = settings(&["--config", &toml, "--io-engine=epoll"]).unwrap();
+        assert_eq!(flag_wins.io_engine, IoEngine::Epoll);
+        assert!(error(&["--io-engine", "poll"]).contains("invalid value 'poll'"));
+        let tls = error(&["--io-engine=uring", "-Z", "-o", "ssl_chain_cert=/x.pem"]);
+        assert!(
+            tls.contains("TLS is served by the epoll engine only"),
+            "{tls}"
+        );
     }
 
     #[test]

@@ -1,0 +1,1322 @@
+//! `--io-engine=uring`: a worker's event loop on io_uring instead of epoll. Each listener has
+//! one multishot accept; each connection one multishot receive that takes buffers from the
+//! worker's provided buffer ring; every send a loop turn produced goes to the kernel with the
+//! wait for the next completions, in one `io_uring_enter`. Connection sockets sit in the ring's
+//! registered file table, so no operation looks their descriptor up.
+//!
+//! A connection's protocol work is `Conn::drive`'s, unchanged: its socket is a
+//! [`Stream::Ring`], whose reads take what the receives brought ([`RingIo`]) and whose writes
+//! queue bytes for the turn's send. The wake-up from the main thread (shutdown) and `-U`'s UDP
+//! sockets stay on the worker's mio poll, whose epoll descriptor the ring polls.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use mio::{Events, Interest, Poll, Token};
+use tern_proto::ascii;
+
+use crate::buffers::BufferPool;
+use crate::conn::{Conn, Drive, Limits};
+use crate::conn_table::ConnEntry;
+use crate::net::{Listener, Stream};
+use crate::ops::Ops;
+use crate::shared::Shared;
+use crate::udp::UdpServer;
+use crate::worker::{log_conn_event, Worker, DRAIN_PATIENCE, MAX_HOLDERS};
+
+/// Submission queue entries: a turn's sends, receives re-armed and cancels fit many times over
+/// (a fuller queue is submitted early).
+const SQ_ENTRIES: u32 = 1024;
+/// Completion queue entries: a turn's receives and sends (the kernel keeps what overflows).
+const CQ_ENTRIES: u32 = 8192;
+/// The provided buffer ring: this many receive buffers of this size per worker (1 MiB). A
+/// receive completion's bytes are copied out at once and the buffer given back, so the ring
+/// needs as many as completions arrive between two turns.
+const RECV_BUFFERS: u16 = 128;
+const RECV_BUFFER_SIZE: usize = 8 * 1024;
+const BUFFER_GROUP: u16 = 0;
+/// Received bytes a connection holds unread before its receive is cancelled (backpressure: it
+/// reads nothing while its replies wait for the client); re-armed below half of it.
+const INPUT_LIMIT: usize = 256 * 1024;
+/// Past this many reply bytes queued for the ring beyond the send in flight, a connection's
+/// writes wait in its write buffer (where `conn.rs` counts them for its backpressure).
+const SEND_QUEUE_LIMIT: usize = 256 * 1024;
+/// A connection's staging buffers are kept between turns up to this capacity, freed above it.
+const KEEP_CAPACITY: usize = 16 * 1024;
+
+/// What a completion is for: the kind in the top byte of its user data, an index below.
+const ACCEPT: u64 = 1 << 56;
+const RECV: u64 = 2 << 56;
+const SEND: u64 = 3 << 56;
+const WAKE: u64 = 4 << 56;
+/// Cancels and closes: nothing to do when they complete but free a slot closing.
+const CLOSE: u64 = 5 << 56;
+/// The index of a cancel that frees no slot.
+const NO_SLOT: u64 = u32::MAX as u64;
+const KIND: u64 = 0xff << 56;
+
+/// A connection socket as the io_uring engine drives it: the bytes its receives brought, not
+/// yet read by the connection, and the replies written to it, queued for a send.
+pub struct RingIo {
+    /// Owns the descriptor (for `stats conns`, `watch`'s second handle and the close); never
+    /// read or written directly.
+    pub socket: Stream,
+    input: Vec<u8>,
+    read_at: usize,
+    /// The peer closed its side, or the receive failed (errno): reads say so once the input
+    /// is consumed.
+    eof: bool,
+    error: Option<i32>,
+    /// Written, not handed to a send yet.
+    queued: Vec<u8>,
+    /// The bytes of the send in flight, from `sent_at`: untouched until it completes.
+    sending: Vec<u8>,
+    sent_at: usize,
+    in_flight: bool,
+}
+
+impl RingIo {
+    fn new(socket: Stream) -> RingIo {
+        RingIo {
+            socket,
+            input: Vec::new(),
+            read_at: 0,
+            eof: false,
+            error: None,
+            queued: Vec::new(),
+            sending: Vec::new(),
+            sent_at: 0,
+            in_flight: false,
+        }
+    }
+
+    /// Replies queued or in flight: the connection is not done writing.
+    pub fn pending_output(&self) -> bool {
+        self.in_flight || !self.queued.is_empty()
+    }
+
+    fn unread(&self) -> usize {
+        self.input.len() - self.read_at
+    }
+
+    /// Frees staging buffers grown past what an ordinary turn needs.
+    fn shrink(&mut self) {
+        if self.unread() == 0 && self.input.capacity() > KEEP_CAPACITY {
+            self.input = Vec::new();
+            self.read_at = 0;
+        }
+        if !self.in_flight && self.sending.capacity() > KEEP_CAPACITY {
+            self.sending = Vec::new();
+        }
+        if self.queued.is_empty() && self.queued.capacity() > KEEP_CAPACITY {
+            self.queued = Vec::new();
+        }
+    }
+}
+
+impl Read for RingIo {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let unread = &self.input[self.read_at..];
+        if !unread.is_empty() {
+            let n = unread.len().min(buf.len());
+            buf[..n].copy_from_slice(&unread[..n]);
+            self.read_at += n;
+            if self.read_at == self.input.len() {
+                self.input.clear();
+                self.read_at = 0;
+            }
+            return Ok(n);
+        }
+        match (self.error, self.eof) {
+            (Some(errno), _) => Err(io::Error::from_raw_os_error(errno)),
+            (None, true) => Ok(0),
+            (None, false) => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl Write for RingIo {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(errno) = self.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        // All or nothing: a connection writes its whole write buffer at once, which it only
+        // empties (and reuses from the start) once all of it is taken.
+        if self.queued.len() >= SEND_QUEUE_LIMIT && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.queued.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The worker's provided buffer ring: `RECV_BUFFERS` buffers the kernel fills for multishot
+/// receives, given back one by one once their bytes are copied out.
+struct BufRing {
+    /// The ring of buffer descriptors (page-aligned, as the kernel requires), shared with the
+    /// kernel: it reads the entries up to the tail we publish.
+    entries: NonNull<types::BufRingEntry>,
+    entries_len: usize,
+    /// The buffers themselves, written by the kernel while it owns them.
+    buffers: NonNull<u8>,
+    buffers_len: usize,
+    /// The next tail to publish.
+    tail: u16,
+}
+
+impl BufRing {
+    fn new() -> io::Result<BufRing> {
+        let entries_len = usize::from(RECV_BUFFERS) * std::mem::size_of::<types::BufRingEntry>();
+        let buffers_len = usize::from(RECV_BUFFERS) * RECV_BUFFER_SIZE;
+        let entries = map_anonymous(entries_len)?;
+        let buffers = match map_anonymous(buffers_len) {
+            Ok(b) => b,
+            Err(e) => {
+                // SAFETY: mapped just above with this length, not shared with anyone yet.
+                unsafe { libc::munmap(entries.as_ptr().cast(), entries_len) };
+                return Err(e);
+            }
+        };
+        let mut ring = BufRing {
+            entries: entries.cast(),
+            entries_len,
+            buffers,
+            buffers_len,
+            tail: 0,
+        };
+        for bid in 0..RECV_BUFFERS {
+            ring.give_back(bid);
+        }
+        Ok(ring)
+    }
+
+    /// Registers the ring as buffer group [`BUFFER_GROUP`] of `ring`.
+    fn register(&self, ring: &IoUring) -> io::Result<()> {
+        // SAFETY: the descriptor ring stays mapped, at this address and length, until the
+        // worker's `Drop` has unregistered it (`Engine`'s drop, then this one's).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                self.entries.as_ptr() as u64,
+                RECV_BUFFERS,
+                BUFFER_GROUP,
+                0,
+            )
+        }
+    }
+
+    /// The first `len` bytes of buffer `bid`, which a completion just handed over.
+    fn bytes(&self, bid: u16, len: usize) -> &[u8] {
+        assert!(bid < RECV_BUFFERS && len <= RECV_BUFFER_SIZE);
+        // SAFETY: in bounds (checked); the kernel wrote these bytes before posting the
+        // completion and writes no more into buffer `bid` until `give_back` publishes it again.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.buffers
+                    .as_ptr()
+                    .add(usize::from(bid) * RECV_BUFFER_SIZE),
+                len,
+            )
+        }
+    }
+
+    /// Hands buffer `bid` (back) to the kernel.
+    fn give_back(&mut self, bid: u16) {
+        let slot = usize::from(self.tail & (RECV_BUFFERS - 1));
+        // SAFETY: `slot` is within the mapped ring. The kernel has consumed the descriptor in
+        // it: at most RECV_BUFFERS buffers exist and each is published once per use, so the
+        // slot `RECV_BUFFERS` places behind the tail has been taken. The tail shares entry 0's
+        // last field (the kernel's layout); it is stored with release ordering after the entry,
+        // so the kernel sees the entry once it sees the tail.
+        unsafe {
+            let entry = &mut *self.entries.as_ptr().add(slot);
+            let addr = self
+                .buffers
+                .as_ptr()
+                .add(usize::from(bid) * RECV_BUFFER_SIZE);
+            entry.set_addr(addr as u64);
+            entry.set_len(RECV_BUFFER_SIZE as u32);
+            entry.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+            let tail = types::BufRingEntry::tail(self.entries.as_ptr()) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: both were mapped by `new` with these lengths; the ring is unregistered and no
+        // request is left that could write into a buffer (`Engine`'s drop).
+        unsafe {
+            libc::munmap(self.entries.as_ptr().cast(), self.entries_len);
+            libc::munmap(self.buffers.as_ptr().cast(), self.buffers_len);
+        }
+    }
+}
+
+fn map_anonymous(len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to the range.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+fn build_ring() -> io::Result<IoUring> {
+    // One thread submits and reaps (SINGLE_ISSUER), so completion work waits for our next
+    // enter instead of interrupting us (DEFER_TASKRUN, Linux 6.1, after multishot receive).
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_cqsize(CQ_ENTRIES)
+        .setup_submit_all()
+        .build(SQ_ENTRIES)
+}
+
+/// Why this kernel cannot run the io_uring engine, if it cannot: the ring's set-up with the
+/// flags the engine uses, the operations it submits, a provided buffer ring and registered
+/// files, tried on a throwaway ring.
+pub fn unavailable() -> Option<String> {
+    let ring = match build_ring() {
+        Ok(ring) => ring,
+        Err(e) => return Some(format!("io_uring set-up failed ({e})")),
+    };
+    if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
+        return Some("io_uring lacks timed waits or kept overflowing completions".into());
+    }
+    let mut probe = io_uring::Probe::new();
+    if let Err(e) = ring.submitter().register_probe(&mut probe) {
+        return Some(format!("io_uring probe failed ({e})"));
+    }
+    let needed = [
+        (opcode::AcceptMulti::CODE, "accept"),
+        (opcode::RecvMulti::CODE, "recv"),
+        (opcode::Send::CODE, "send"),
+        (opcode::AsyncCancel::CODE, "async cancel"),
+        (opcode::PollAdd::CODE, "poll"),
+        (opcode::Close::CODE, "close"),
+    ];
+    if let Some((_, name)) = needed.iter().find(|(code, _)| !probe.is_supported(*code)) {
+        return Some(format!("io_uring lacks the {name} operation"));
+    }
+    let registered = BufRing::new().and_then(|bufs| {
+        bufs.register(&ring)?;
+        ring.submitter().unregister_buf_ring(BUFFER_GROUP)
+    });
+    if let Err(e) = registered {
+        return Some(format!("io_uring provided buffer rings unavailable ({e})"));
+    }
+    if let Err(e) = ring.submitter().register_files_sparse(1) {
+        return Some(format!("io_uring registered files unavailable ({e})"));
+    }
+    None
+}
+
+/// A worker thread that runs the io_uring engine; built on the main thread, the ring itself in
+/// the worker's thread (its only submitter). Where the ring cannot be set up there, the worker
+/// runs the epoll loop instead.
+pub struct UringWorker {
+    id: usize,
+    shared: Arc<Shared>,
+    poll: Poll,
+    listeners: Vec<Listener>,
+    udp: Vec<mio::net::UdpSocket>,
+}
+
+impl UringWorker {
+    pub fn new(id: usize, shared: Arc<Shared>, poll: Poll, listeners: Vec<Listener>) -> Self {
+        UringWorker {
+            id,
+            shared,
+            poll,
+            listeners,
+            udp: Vec::new(),
+        }
+    }
+
+    /// Serves memcached's UDP protocol on `socket` too (from the worker's mio poll).
+    pub fn add_udp(&mut self, socket: mio::net::UdpSocket) {
+        self.udp.push(socket);
+    }
+
+    pub fn run(self) {
+        let ring = build_ring().and_then(|ring| {
+            BufRing::new().and_then(|bufs| {
+                bufs.register(&ring)?;
+                Ok((ring, bufs))
+            })
+        });
+        match ring {
+            Ok((ring, bufs)) => match Engine::new(self, ring, bufs) {
+                Ok(engine) => engine.run(),
+                Err(e) => tracing::error!("io_uring worker cannot start: {e}"),
+            },
+            Err(e) => {
+                tracing::warn!(worker = self.id, "io_uring unavailable ({e}); using epoll");
+                let mut worker = match Worker::new(self.id, self.shared, self.poll, self.listeners)
+                {
+                    Ok(worker) => worker,
+                    Err(e) => return tracing::error!("worker cannot start: {e}"),
+                };
+                for socket in self.udp {
+                    if let Err(e) = worker.add_udp(socket) {
+                        tracing::error!("UDP socket cannot be polled: {e}");
+                    }
+                }
+                worker.run();
+            }
+        }
+    }
+}
+
+/// Where a connection's operations stand in the ring.
+#[derive(Default)]
+struct Slot {
+    conn: Option<Conn>,
+    /// A multishot receive is armed (its last completion not seen yet).
+    receiving: bool,
+    /// Its receive was cancelled because the connection holds enough unread input.
+    receive_paused: bool,
+    /// The bytes of a send still in flight when the connection closed, kept until the send
+    /// completes (the kernel may read them until then).
+    orphan: Option<Vec<u8>>,
+    /// Cancels and the close submitted when the connection closed, not yet completed.
+    closing: u8,
+    /// In the registered file table at this slot's index.
+    fixed: bool,
+    /// Listed to be driven at the end of this turn.
+    marked: bool,
+    /// In the engine's free list.
+    free: bool,
+}
+
+impl Slot {
+    /// Nothing in the ring refers to the slot any more: its index may serve a new connection.
+    fn idle(&self) -> bool {
+        self.conn.is_none() && !self.receiving && self.orphan.is_none() && self.closing == 0
+    }
+}
+
+struct Engine {
+    // The ring is declared (and dropped) before the buffer ring it refers to.
+    ring: IoUring,
+    bufs: BufRing,
+    id: usize,
+    shared: Arc<Shared>,
+    poll: Poll,
+    events: Events,
+    listeners: Vec<Listener>,
+    /// Per listener: its multishot accept is armed.
+    accepting: Vec<bool>,
+    udp: Vec<UdpServer>,
+    udp_again: Vec<usize>,
+    /// The poll on the mio poll's descriptor is armed.
+    wake_armed: bool,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// Slots of registered file table.
+    fixed_files: usize,
+    /// Slots whose multishot receive ended while their connection goes on.
+    rearm: Vec<usize>,
+    /// Slots to drive at the end of this turn, and those that stopped with work left.
+    to_drive: Vec<usize>,
+    again: Vec<usize>,
+    /// Per slot: the socket's descriptor and when it last brought commands in.
+    activity: Vec<(i32, Arc<std::sync::atomic::AtomicU32>)>,
+    limits: Limits,
+    buffers: BufferPool,
+    holders: Vec<usize>,
+    /// At -c without maxconns_fast: accepts cancelled, clients wait here.
+    accept_paused: bool,
+    waiting: VecDeque<Stream>,
+    /// An accept failed (EMFILE and friends): accepts are armed again from this time.
+    accept_retry: Option<Instant>,
+    idle_checked: u32,
+    draining_since: Option<Instant>,
+}
+
+fn kind_index(user_data: u64) -> (u64, usize) {
+    (user_data & KIND, (user_data & !KIND) as usize)
+}
+
+impl Engine {
+    fn new(parts: UringWorker, ring: IoUring, bufs: BufRing) -> io::Result<Engine> {
+        let UringWorker {
+            id,
+            shared,
+            poll,
+            listeners,
+            udp,
+        } = parts;
+        let mut servers = Vec::new();
+        for (i, mut socket) in udp.into_iter().enumerate() {
+            poll.registry()
+                .register(&mut socket, Token(1 + i), Interest::READABLE)?;
+            servers.push(UdpServer::new(socket));
+        }
+        let entries = listeners
+            .iter()
+            .filter_map(|l| ConnEntry::listener(l, shared.started));
+        shared.conn_tables[id]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(entries);
+        // As many registered files as connections may be open (and closing), within the open
+        // files limit the kernel holds the table to; connections beyond use their descriptor.
+        let nofile = {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit writes into the struct passed, nothing else.
+            match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+                0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
+                _ => 0,
+            }
+        };
+        let wanted = (shared.settings.conn_limit + 64)
+            .min(nofile / 2)
+            .min(1 << 16);
+        let fixed_files = match ring.submitter().register_files_sparse(wanted as u32) {
+            Ok(()) => wanted,
+            Err(e) => {
+                tracing::debug!(worker = id, "no registered files: {e}");
+                0
+            }
+        };
+        let s = &shared.settings;
+        let limits = Limits {
+            max_reqs_per_event: s.max_reqs_per_event,
+            max_line: s.max_item_size.max(ascii::MAX_LINE_WITHOUT_NEWLINE),
+        };
+        let accepting = vec![false; listeners.len()];
+        Ok(Engine {
+            ring,
+            bufs,
+            id,
+            shared,
+            poll,
+            events: Events::with_capacity(64),
+            listeners,
+            accepting,
+            udp: servers,
+            udp_again: Vec::new(),
+            wake_armed: false,
+            slots: Vec::new(),
+            free: Vec::new(),
+            fixed_files,
+            rearm: Vec::new(),
+            to_drive: Vec::new(),
+            again: Vec::new(),
+            activity: Vec::new(),
+            limits,
+            buffers: BufferPool::default(),
+            holders: Vec::new(),
+            accept_paused: false,
+            waiting: VecDeque::new(),
+            accept_retry: None,
+            idle_checked: 0,
+            draining_since: None,
+        })
+    }
+
+    /// Queues `entry`, submitting first when the queue is full.
+    ///
+    /// # Safety
+    /// Whatever memory `entry` points at must stay valid and unmoved until its completion.
+    unsafe fn push(&mut self, entry: &squeue::Entry) {
+        // SAFETY: passed on to the caller.
+        while unsafe { self.ring.submission().push(entry) }.is_err() {
+            if let Err(e) = self.ring.submit() {
+                tracing::error!(worker = self.id, "io_uring submit failed: {e}");
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Queues an entry that points at no memory of ours (or only at memory it never reads).
+    fn push_plain(&mut self, entry: squeue::Entry) {
+        // SAFETY: accepts, receives into the provided buffers, polls, cancels and closes
+        // carry no pointer the kernel reads or writes after submission.
+        unsafe { self.push(&entry) }
+    }
+
+    fn run(mut self) {
+        self.arm_wake();
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+        loop {
+            if self.holders.len() > MAX_HOLDERS {
+                self.sweep_buffers();
+            }
+            self.buffers.publish(&self.shared.workers[self.id].metrics);
+            self.wait();
+            self.complete();
+            self.drive_marked();
+            self.housekeeping();
+            if let Some(since) = self.draining_since {
+                let open = self.slots.iter().any(|s| s.conn.is_some());
+                if !open || since.elapsed() > DRAIN_PATIENCE {
+                    break;
+                }
+            }
+        }
+        for idx in 0..self.slots.len() {
+            self.close(idx);
+        }
+        let _ = self.ring.submit();
+        tracing::debug!(worker = self.id, "stopped");
+    }
+
+    /// Submits the turn's entries and waits for a completion, as long as the loop may sleep.
+    fn wait(&mut self) {
+        let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
+            Some(Duration::ZERO)
+        } else if self.draining_since.is_some() || self.accept_paused || self.accept_retry.is_some()
+        {
+            Some(Duration::from_millis(50))
+        } else if self.shared.settings.idle_timeout_secs > 0 {
+            Some(Duration::from_secs(1))
+        } else {
+            None
+        };
+        let submitter = self.ring.submitter();
+        let result = match timeout {
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                submitter.submit_with_args(1, &args)
+            }
+            None => submitter.submit_and_wait(1),
+        };
+        if let Err(e) = result {
+            match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
+                _ => tracing::error!(worker = self.id, "io_uring wait failed: {e}"),
+            }
+        }
+    }
+
+    /// Handles every completion posted.
+    fn complete(&mut self) {
+        let mut woke = false;
+        loop {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            woke = true;
+            let (kind, idx) = kind_index(cqe.user_data());
+            let (res, flags) = (cqe.result(), cqe.flags());
+            match kind {
+                RECV => self.received(idx, res, flags),
+                SEND => self.sent(idx, res),
+                ACCEPT => self.accepted(idx, res, flags),
+                WAKE => {
+                    if !cqueue::more(flags) {
+                        self.wake_armed = false;
+                    }
+                    self.poll_mio();
+                }
+                _ => {
+                    if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.closing = slot.closing.saturating_sub(1);
+                        self.free_if_idle(idx);
+                    }
+                }
+            }
+        }
+        if woke {
+            self.shared.workers[self.id].metrics.wakeup();
+        }
+    }
+
+    fn received(&mut self, idx: usize, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        let slot = &mut self.slots[idx];
+        if !cqueue::more(flags) {
+            slot.receiving = false;
+            if !slot.receive_paused && slot.conn.is_some() {
+                self.rearm.push(idx);
+            }
+        }
+        if let (Some(bid), Ok(len)) = (bid, usize::try_from(res)) {
+            if let Some(io) = slot.conn.as_mut().and_then(ring_io) {
+                io.input.extend_from_slice(self.bufs.bytes(bid, len));
+            }
+            self.bufs.give_back(bid);
+        }
+        let Some(conn) = slot.conn.as_mut() else {
+            return self.free_if_idle(idx);
+        };
+        match res {
+            // A paused receive's cancel, or a multishot receive that ran out of buffers: the
+            // end of the turn arms it again.
+            r if r == -libc::ECANCELED || r == -libc::ENOBUFS => return,
+            0 => {
+                conn.hangup = true;
+                if let Some(io) = ring_io(conn) {
+                    io.eof = true;
+                }
+            }
+            r if r < 0 => {
+                if let Some(io) = ring_io(conn) {
+                    io.error = Some(-r);
+                }
+            }
+            _ => {}
+        }
+        self.mark(idx);
+    }
+
+    fn sent(&mut self, idx: usize, res: i32) {
+        let slot = &mut self.slots[idx];
+        if slot.orphan.take().is_some() {
+            return self.free_if_idle(idx);
+        }
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
+        let Some(io) = ring_io(conn) else { return };
+        io.in_flight = false;
+        match usize::try_from(res) {
+            Ok(n) => {
+                io.sent_at += n;
+                if io.sent_at < io.sending.len() {
+                    // A short send: the rest goes next.
+                    return self.send(idx);
+                }
+                io.sending.clear();
+                io.sent_at = 0;
+                io.shrink();
+                if !io.queued.is_empty() {
+                    self.send(idx);
+                }
+                // The connection goes on if it waits for its sends: replies left in its write
+                // buffer, a close after them, a metadump to continue.
+                let conn = self.slots[idx].conn.as_ref().expect("checked above");
+                if conn.closing() || !conn.waits_for_input() {
+                    self.mark(idx);
+                }
+            }
+            Err(_) => {
+                io.error = Some(-res);
+                self.close(idx);
+            }
+        }
+    }
+
+    fn accepted(&mut self, listener: usize, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accepting[listener] = false;
+        }
+        let fd = match RawFd::try_from(res) {
+            Ok(fd) if fd >= 0 => fd,
+            _ => {
+                if res != -libc::ECANCELED {
+                    let e = io::Error::from_raw_os_error(-res);
+                    tracing::warn!(worker = self.id, "accept failed: {e}");
+                    // EMFILE and friends: the client stays in the backlog; try again soon.
+                    self.accept_retry = Some(Instant::now() + Duration::from_millis(50));
+                }
+                return;
+            }
+        };
+        let Some(listener) = self.listeners.get(listener) else {
+            // Stopping (draining): no new client.
+            // SAFETY: the accept handed this descriptor to us alone.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+            return;
+        };
+        // SAFETY: the accept handed this descriptor to us alone; the stream owns it now.
+        let stream = unsafe {
+            match listener {
+                Listener::Unix(_) => Stream::Unix(mio::net::UnixStream::from_raw_fd(fd)),
+                Listener::Tcp(_) | Listener::Tls(..) => {
+                    let tcp = mio::net::TcpStream::from_raw_fd(fd);
+                    let _ = tcp.set_nodelay(true);
+                    Stream::Tcp(tcp)
+                }
+            }
+        };
+        if self.draining_since.is_some() {
+            return;
+        }
+        if self.accept_paused {
+            self.waiting.push_back(stream);
+            return;
+        }
+        if let Err(mut stream) = self.admit(stream) {
+            if self.shared.settings.maxconns_fast {
+                self.shared.workers[self.id].metrics.conn_rejected();
+                // Best effort, like memcached: the reply fits any socket buffer.
+                let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+            } else {
+                // memcached stops accepting at -c: this client waits, unread, and so do those
+                // in the backlog.
+                self.waiting.push_back(stream);
+                self.pause_accepting();
+            }
+        }
+    }
+
+    fn pause_accepting(&mut self) {
+        self.accept_paused = true;
+        for i in 0..self.listeners.len() {
+            if self.accepting[i] {
+                let cancel = opcode::AsyncCancel::new(ACCEPT | i as u64).build();
+                self.push_plain(cancel.user_data(CLOSE | NO_SLOT));
+            }
+        }
+    }
+
+    /// Takes a waiting client in for each slot that has freed up, then accepts again once none
+    /// waits.
+    fn admit_waiting(&mut self) {
+        while let Some(stream) = self.waiting.pop_front() {
+            if let Err(stream) = self.admit(stream) {
+                self.waiting.push_front(stream);
+                return;
+            }
+        }
+        self.accept_paused = false;
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+    }
+
+    /// Takes a new client unless -c connections are open (then it is handed back).
+    fn admit(&mut self, stream: Stream) -> Result<(), Stream> {
+        let metrics = &self.shared.workers[self.id].metrics;
+        let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+        if open >= self.shared.settings.conn_limit {
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(stream);
+        }
+        metrics.conn_opened();
+        let idx = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot::default());
+            self.slots.len() - 1
+        });
+        let entry = ConnEntry::client(&stream, self.shared.store.clock().now());
+        let fd = entry.fd;
+        let activity = (entry.fd, entry.last_cmd.clone());
+        if idx < self.activity.len() {
+            self.activity[idx] = activity;
+        } else {
+            self.activity.push(activity);
+        }
+        self.conn_table().push(entry);
+        log_conn_event(&self.shared, &stream, fd, "conn_new", "");
+        let fixed = idx < self.fixed_files
+            && self
+                .ring
+                .submitter()
+                .register_files_update(idx as u32, &[fd])
+                .is_ok();
+        let slot = &mut self.slots[idx];
+        slot.free = false;
+        slot.fixed = fixed;
+        slot.conn = Some(Conn::new(Stream::Ring(Box::new(RingIo::new(stream)))));
+        self.arm_receive(idx);
+        tracing::debug!(worker = self.id, conn = idx, "new connection");
+        Ok(())
+    }
+
+    fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
+        self.shared.conn_tables[self.id]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn arm_wake(&mut self) {
+        if !self.wake_armed {
+            let fd = types::Fd(self.poll.as_raw_fd());
+            let poll = opcode::PollAdd::new(fd, libc::POLLIN as u32).multi(true);
+            self.push_plain(poll.build().user_data(WAKE));
+            self.wake_armed = true;
+        }
+    }
+
+    fn arm_accept(&mut self, listener: usize) {
+        if self.accepting[listener] || self.accept_paused || self.draining_since.is_some() {
+            return;
+        }
+        let fd = types::Fd(self.listeners[listener].as_fd().as_raw_fd());
+        let accept = opcode::AcceptMulti::new(fd)
+            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .build();
+        self.push_plain(accept.user_data(ACCEPT | listener as u64));
+        self.accepting[listener] = true;
+    }
+
+    fn arm_receive(&mut self, idx: usize) {
+        let slot = &self.slots[idx];
+        let Some(fd) = slot.conn.as_ref().and_then(socket_fd) else {
+            return;
+        };
+        let entry = if slot.fixed {
+            opcode::RecvMulti::new(types::Fixed(idx as u32), BUFFER_GROUP).build()
+        } else {
+            opcode::RecvMulti::new(types::Fd(fd), BUFFER_GROUP).build()
+        };
+        self.push_plain(entry.user_data(RECV | idx as u64));
+        let slot = &mut self.slots[idx];
+        slot.receiving = true;
+        slot.receive_paused = false;
+    }
+
+    /// Hands the connection's queued replies to a send, unless one is in flight.
+    fn send(&mut self, idx: usize) {
+        let slot = &mut self.slots[idx];
+        let fixed = slot.fixed;
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
+        let Some(fd) = socket_fd(conn) else { return };
+        let Some(io) = ring_io(conn) else { return };
+        if io.in_flight {
+            return;
+        }
+        if io.sent_at == io.sending.len() {
+            if io.queued.is_empty() {
+                return;
+            }
+            io.sending.clear();
+            io.sent_at = 0;
+            std::mem::swap(&mut io.sending, &mut io.queued);
+        }
+        let rest = &io.sending[io.sent_at..];
+        let (ptr, len) = (rest.as_ptr(), rest.len() as u32);
+        io.in_flight = true;
+        let entry = if fixed {
+            opcode::Send::new(types::Fixed(idx as u32), ptr, len)
+        } else {
+            opcode::Send::new(types::Fd(fd), ptr, len)
+        }
+        .flags(libc::MSG_NOSIGNAL)
+        .build()
+        .user_data(SEND | idx as u64);
+        // SAFETY: `sending` is not touched while `in_flight` (set above), and when its
+        // connection closes first it moves to the slot's `orphan` (a move of the Vec, not of
+        // its heap bytes) until this send completes; the engine's drop cancels every request
+        // before anything is freed.
+        unsafe { self.push(&entry) };
+    }
+
+    fn mark(&mut self, idx: usize) {
+        let slot = &mut self.slots[idx];
+        if !slot.marked {
+            slot.marked = true;
+            self.to_drive.push(idx);
+        }
+    }
+
+    fn drive_marked(&mut self) {
+        let mut queue = std::mem::take(&mut self.to_drive);
+        queue.append(&mut self.again);
+        for &idx in &queue {
+            let slot = &mut self.slots[idx];
+            slot.marked = false;
+            if let Some(conn) = slot.conn.as_mut() {
+                conn.queued = false;
+            }
+        }
+        for &idx in &queue {
+            self.drive(idx);
+        }
+        // The list's allocation is kept for the next turn (with anything marked meanwhile).
+        queue.clear();
+        queue.append(&mut self.to_drive);
+        self.to_drive = queue;
+        for idx in std::mem::take(&mut self.udp_again) {
+            self.serve_udp(idx);
+        }
+    }
+
+    fn drive(&mut self, idx: usize) {
+        let ops = Ops::new(&self.shared, self.id);
+        let Some(conn) = self.slots[idx].conn.as_mut() else {
+            return;
+        };
+        // Once per turn that serves it, not per request: for `stats conns`.
+        let (fd, last_cmd) = &self.activity[idx];
+        ops.worker.serving_fd.store(*fd, Ordering::Relaxed);
+        last_cmd.store(self.shared.store.clock().now(), Ordering::Relaxed);
+        let drive = conn.drive(&ops, &self.limits, &mut self.buffers);
+        if !conn.listed && conn.holds_buffers() {
+            conn.listed = true;
+            self.holders.push(idx);
+        }
+        let again = match drive {
+            Drive::Close => return self.close(idx),
+            Drive::Open { again } => again,
+        };
+        if again && !conn.queued {
+            conn.queued = true;
+            self.again.push(idx);
+        }
+        let ended = conn_ended(conn);
+        let unread = ring_io(conn).map_or(0, |io| io.unread());
+        let slot = &mut self.slots[idx];
+        if unread > INPUT_LIMIT && slot.receiving && !slot.receive_paused {
+            // Backpressure: the client sends faster than its replies leave.
+            slot.receive_paused = true;
+            let cancel = opcode::AsyncCancel::new(RECV | idx as u64).build();
+            self.push_plain(cancel.user_data(CLOSE | NO_SLOT));
+        } else if slot.receive_paused && !slot.receiving && unread < INPUT_LIMIT / 2 && !ended {
+            self.arm_receive(idx);
+        }
+        self.send(idx);
+    }
+
+    fn serve_udp(&mut self, idx: usize) {
+        let ops = Ops::new(&self.shared, self.id);
+        let more = self.udp[idx].serve(&ops, self.limits.max_line);
+        if more && !self.udp_again.contains(&idx) {
+            self.udp_again.push(idx);
+        }
+    }
+
+    /// The mio poll's descriptor is readable: the main thread woke us, or UDP datagrams came.
+    fn poll_mio(&mut self) {
+        if let Err(e) = self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(worker = self.id, "poll failed: {e}");
+            }
+        }
+        let udp: Vec<usize> = self
+            .events
+            .iter()
+            .filter_map(|e| e.token().0.checked_sub(1))
+            .collect();
+        for idx in udp {
+            self.serve_udp(idx);
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        self.arm_wake();
+        if self.accept_paused && self.draining_since.is_none() {
+            self.admit_waiting();
+        }
+        if self
+            .accept_retry
+            .is_some_and(|at| Instant::now() >= at && self.draining_since.is_none())
+        {
+            self.accept_retry = None;
+            for i in 0..self.listeners.len() {
+                self.arm_accept(i);
+            }
+        }
+        if self.shared.settings.idle_timeout_secs > 0 {
+            self.close_idle();
+        }
+        if self.draining_since.is_none() && self.shared.shutdown.load(Ordering::Relaxed) {
+            self.begin_drain();
+            self.draining_since = Some(Instant::now());
+        }
+        // Receives that ended (out of buffers, or by the kernel's choice) go on.
+        for idx in std::mem::take(&mut self.rearm) {
+            let slot = &self.slots[idx];
+            let open = slot.conn.as_ref().is_some_and(|c| !conn_ended(c));
+            if open && !slot.receiving && !slot.receive_paused {
+                self.arm_receive(idx);
+            }
+        }
+    }
+
+    /// -o idle_timeout, as the epoll worker applies it.
+    fn close_idle(&mut self) {
+        let limit = self.shared.settings.idle_timeout_secs;
+        let now = self.shared.store.clock().now();
+        if now == self.idle_checked {
+            return;
+        }
+        self.idle_checked = now;
+        let idle: Vec<usize> = (0..self.slots.len())
+            .filter(|&idx| {
+                self.slots[idx].conn.as_ref().is_some_and(|conn| {
+                    let last = self.activity[idx].1.load(Ordering::Relaxed);
+                    conn.waits_for_input() && u64::from(now.saturating_sub(last)) >= limit
+                })
+            })
+            .collect();
+        for idx in idle {
+            tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
+            self.close(idx);
+        }
+    }
+
+    /// Takes back the buffers of the connections served lately that no partial request or
+    /// unsent reply needs (as the epoll worker does).
+    fn sweep_buffers(&mut self) {
+        let mut keep = Vec::new();
+        for idx in std::mem::take(&mut self.holders) {
+            if let Some(conn) = self.slots[idx].conn.as_mut() {
+                if conn.listed {
+                    conn.listed = false;
+                    conn.release_buffers(&mut self.buffers);
+                    if conn.holds_buffers() {
+                        keep.push(idx);
+                    }
+                }
+            }
+        }
+        for &idx in &keep {
+            if let Some(conn) = self.slots[idx].conn.as_mut() {
+                conn.listed = true;
+            }
+        }
+        self.holders = keep;
+    }
+
+    /// Stops accepting (so a successor taking over gets every new client) and closes every
+    /// connection once its queued replies are sent.
+    fn begin_drain(&mut self) {
+        for i in 0..self.listeners.len() {
+            if self.accepting[i] {
+                let cancel = opcode::AsyncCancel::new(ACCEPT | i as u64).build();
+                self.push_plain(cancel.user_data(CLOSE | NO_SLOT));
+            }
+        }
+        // Submitted now: the cancels must reach the kernel before the listeners close.
+        let _ = self.ring.submit();
+        self.listeners.clear();
+        self.conn_table().retain(|e| e.listen_addr.is_some());
+        self.waiting.clear();
+        let ops = Ops::new(&self.shared, self.id);
+        let mut done = Vec::new();
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(conn) = slot.conn.as_mut() {
+                conn.finish();
+                if conn.flush(&ops).is_err() || !(conn.has_unsent() || conn.resuming()) {
+                    done.push(idx);
+                }
+            }
+        }
+        for idx in 0..self.slots.len() {
+            if !done.contains(&idx) {
+                self.send(idx);
+            }
+        }
+        for idx in done {
+            self.close(idx);
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let Some(mut conn) = self.slots[idx].conn.take() else {
+            return;
+        };
+        conn.close_buffers(&mut self.buffers);
+        if let Some(id) = conn.watch_id() {
+            self.shared.watchers.remove(id);
+        }
+        let fd = self.activity[idx].0;
+        log_conn_event(
+            &self.shared,
+            &conn.stream,
+            fd,
+            "conn_close",
+            " reason=normal",
+        );
+        self.conn_table().retain(|e| e.fd != fd);
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared.workers[self.id].metrics.conn_closed();
+        // The ring lets go of the socket: its receive and send are cancelled and its
+        // registered file closed, all in this turn's submit; the descriptor itself closes when
+        // `conn` drops below. A send's bytes stay until its completion.
+        let mut in_flight = None;
+        if let Some(io) = ring_io(&mut conn) {
+            if io.in_flight {
+                in_flight = Some(std::mem::take(&mut io.sending));
+            }
+        }
+        let slot = &mut self.slots[idx];
+        let receiving = slot.receiving;
+        let fixed = slot.fixed;
+        if in_flight.is_some() {
+            slot.orphan = in_flight;
+            let cancel = opcode::AsyncCancel::new(SEND | idx as u64).build();
+            self.push_plain(cancel.user_data(CLOSE | idx as u64));
+            self.slots[idx].closing += 1;
+        }
+        if receiving {
+            let cancel = opcode::AsyncCancel::new(RECV | idx as u64).build();
+            self.push_plain(cancel.user_data(CLOSE | idx as u64));
+            self.slots[idx].closing += 1;
+        }
+        if fixed {
+            let close = opcode::Close::new(types::Fixed(idx as u32)).build();
+            self.push_plain(close.user_data(CLOSE | idx as u64));
+            let slot = &mut self.slots[idx];
+            slot.closing += 1;
+            slot.fixed = false;
+        }
+        drop(conn);
+        self.free_if_idle(idx);
+        tracing::debug!(worker = self.id, conn = idx, "connection closed");
+    }
+
+    fn free_if_idle(&mut self, idx: usize) {
+        let slot = &mut self.slots[idx];
+        if slot.idle() && !slot.free {
+            slot.free = true;
+            self.free.push(idx);
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Before any buffer a request may still use is freed (connections' sends, the buffer
+        // ring): every request is cancelled, synchronously, then the buffer ring unregistered.
+        let submitter = self.ring.submitter();
+        let _ = submitter.register_sync_cancel(None, types::CancelBuilder::any());
+        let _ = submitter.unregister_buf_ring(BUFFER_GROUP);
+    }
+}
+
+fn ring_io(conn: &mut Conn) -> Option<&mut RingIo> {
+    match &mut conn.stream {
+        Stream::Ring(io) => Some(io),
+        _ => None,
+    }
+}
+
+fn socket_fd(conn: &Conn) -> Option<RawFd> {
+    match &conn.stream {
+        Stream::Ring(io) => match &io.socket {
+            Stream::Tcp(s) => Some(s.as_raw_fd()),
+            Stream::Unix(s) => Some(s.as_raw_fd()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The connection's receive has nothing more to bring: the peer closed or it failed.
+fn conn_ended(conn: &Conn) -> bool {
+    match &conn.stream {
+        Stream::Ring(io) => io.eof || io.error.is_some(),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn ring_io() -> (RingIo, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let stream = Stream::Unix(mio::net::UnixStream::from_std(ours));
+        (RingIo::new(stream), theirs)
+    }
+
+    #[test]
+    fn reads_take_what_receives_brought_then_would_block_then_the_end() {
+        let (mut io, _peer) = ring_io();
+        io.input.extend_from_slice(b"get a\r\nget b\r\n");
+        let mut buf = [0u8; 7];
+        assert_eq!(io.read(&mut buf).unwrap(), 7);
+        assert_eq!(&buf, b"get a\r\n");
+        assert_eq!(io.unread(), 7);
+        let mut rest = [0u8; 64];
+        assert_eq!(io.read(&mut rest).unwrap(), 7);
+        assert_eq!(io.input.len(), 0, "consumed input is dropped");
+        let e = io.read(&mut rest).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        io.eof = true;
+        assert_eq!(io.read(&mut rest).unwrap(), 0);
+        io.error = Some(libc::ECONNRESET);
+        assert_eq!(
+            io.read(&mut rest).unwrap_err().raw_os_error(),
+            Some(libc::ECONNRESET)
+        );
+    }
+
+    #[test]
+    fn writes_queue_whole_until_the_limit() {
+        let (mut io, _peer) = ring_io();
+        assert!(!io.pending_output());
+        let big = vec![b'v'; SEND_QUEUE_LIMIT + 10];
+        // Under the limit a write is taken whole, however large, so a connection's write
+        // buffer empties and restarts from its beginning.
+        assert_eq!(io.write(&big).unwrap(), big.len());
+        assert!(io.pending_output());
+        let e = io.write(b"more").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(io.write(b"").unwrap(), 0);
+        io.error = Some(libc::EPIPE);
+        assert_eq!(
+            io.write(b"x").unwrap_err().raw_os_error(),
+            Some(libc::EPIPE)
+        );
+    }
+
+    /// The buffer ring as the kernel uses it: multishot receives fill its buffers, each handed
+    /// back after its bytes are read, more often than the ring has buffers.
+    #[test]
+    fn the_buffer_ring_carries_multishot_receives() {
+        if let Some(why) = unavailable() {
+            panic!("io_uring is needed for this test: {why}");
+        }
+        let mut ring = build_ring().unwrap();
+        let mut bufs = BufRing::new().unwrap();
+        bufs.register(&ring).unwrap();
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let recv = opcode::RecvMulti::new(types::Fd(ours.as_raw_fd()), BUFFER_GROUP).build();
+        // SAFETY: a receive into provided buffers points at no memory of the test's.
+        unsafe { ring.submission().push(&recv.user_data(7)).unwrap() };
+        let mut received = Vec::new();
+        let mut sent = Vec::new();
+        for round in 0..(3 * usize::from(RECV_BUFFERS)) {
+            let message = format!("message {round}\n");
+            theirs.write_all(message.as_bytes()).unwrap();
+            sent.extend_from_slice(message.as_bytes());
+            while received.len() < sent.len() {
+                ring.submit_and_wait(1).unwrap();
+                let completions: Vec<_> = ring.completion().collect();
+                for cqe in completions {
+                    assert_eq!(cqe.user_data(), 7);
+                    let len = usize::try_from(cqe.result()).expect("a receive's length");
+                    let bid = cqueue::buffer_select(cqe.flags()).expect("a provided buffer");
+                    received.extend_from_slice(bufs.bytes(bid, len));
+                    bufs.give_back(bid);
+                    assert!(cqueue::more(cqe.flags()), "the receive goes on");
+                }
+            }
+        }
+        assert_eq!(received, sent);
+        let _ = ring
+            .submitter()
+            .register_sync_cancel(None, types::CancelBuilder::any());
+        ring.submitter().unregister_buf_ring(BUFFER_GROUP).unwrap();
+        drop(ring);
+        drop(bufs);
+    }
+}
