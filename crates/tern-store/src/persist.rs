@@ -319,6 +319,10 @@ impl Store {
             restored.items += items;
             restored.expired += expired;
         }
+        // The rebuilt index may be charged a little more than the saved one was (it is built
+        // 80% full, the saved one was 75-85%): the oldest items make room, as in a full heap.
+        self.evict_to_limit();
+        self.discard_excess_warm();
         Ok(restored)
     }
 
@@ -389,7 +393,10 @@ impl Store {
             // saved one, so every CAS handed out after the restart is above every one before.
         }
         let (mut items, mut expired) = (0, 0);
+        let old = sh.index.bytes();
+        self.charge_restored_index(sh.index.reserved_bytes(state.live.len()));
         sh.index.reserve(state.live.len());
+        self.pool().uncharge_index(old);
         for &packed in &state.live {
             if packed >> crate::segments::OFFSET_BITS == 0 {
                 return Err(format!("shard {id} lists an item at no segment"));
