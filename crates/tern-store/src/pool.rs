@@ -82,9 +82,11 @@ impl Pool {
         self.limit = segments;
     }
 
-    /// Segments the index is charged: its bytes rounded up to whole segments.
+    /// Segments the index is charged: its bytes in whole segments, rounded down, so a small
+    /// heap's first tables (a few KiB) do not take a segment from its items; what is left
+    /// over is under one segment, within the bound docs/storage.md states.
     pub(crate) fn index_segments(&self) -> usize {
-        self.index_bytes.div_ceil(self.segment_size)
+        self.index_bytes / self.segment_size
     }
 
     pub(crate) fn index_bytes(&self) -> usize {
@@ -98,7 +100,7 @@ impl Pool {
 
     /// Charges `bytes` more of index to the limit, if they fit beside the segments in use.
     pub(crate) fn charge_index(&mut self, bytes: usize) -> bool {
-        let segments = (self.index_bytes + bytes).div_ceil(self.segment_size);
+        let segments = (self.index_bytes + bytes) / self.segment_size;
         if self.in_use() + segments > self.limit {
             return false;
         }
