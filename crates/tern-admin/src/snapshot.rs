@@ -50,6 +50,8 @@ pub struct StoreStats {
     pub bytes: u64,
     /// The memory limit, `-m` (memcached's `limit_maxbytes`).
     pub limit_bytes: u64,
+    /// Bytes of the hash index, counted inside the memory limit (memcached's `hash_bytes`).
+    pub index_bytes: u64,
     /// Live items removed to make room (memcached's `evictions`).
     pub evictions: u64,
     /// Expired items whose memory was taken back (memcached's `reclaimed`).
@@ -311,6 +313,7 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("accepting_conns", n(s.accepting_connections as u64)),
         ("threads", n(s.workers.len() as u64)),
         ("conn_yields", n(t.conn_yields)),
+        ("hash_bytes", n(s.store.index_bytes)),
         ("bytes", n(s.store.bytes)),
         ("curr_items", n(s.store.items)),
         ("total_items", n(s.store.total_items)),

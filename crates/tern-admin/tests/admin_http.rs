@@ -36,6 +36,7 @@ impl AdminSource for FakeServer {
                 total_items: 5,
                 bytes: 300,
                 limit_bytes: 64 << 20,
+                index_bytes: 8 << 10,
                 evictions: 2,
                 reclaimed: 1,
                 expired_unfetched: 1,

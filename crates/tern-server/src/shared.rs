@@ -258,6 +258,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
         total_items: s.total_items,
         bytes: s.bytes,
         limit_bytes: s.limit_maxbytes,
+        index_bytes: s.index_bytes,
         evictions: s.evictions,
         reclaimed: s.reclaimed,
         expired_unfetched: s.expired_unfetched,

@@ -68,8 +68,17 @@ impl Store {
         self.oldest[sh.owner.id() as usize].store(order, Relaxed);
     }
 
-    /// Frees at least one segment of this shard into `sh.freed`, by the configured policy.
+    /// Frees at least one segment of this shard into `sh.freed`, by the configured policy,
+    /// and shrinks the shard's index if that left it sparse.
     fn evict_one(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        let evicted = self.evict_by_policy(sh, now);
+        if evicted {
+            self.shrink_index(sh);
+        }
+        evicted
+    }
+
+    fn evict_by_policy(&self, sh: &mut Shard, now: UnixSecs) -> bool {
         match self.config.eviction {
             Eviction::None => false,
             Eviction::Merge => self.merge(sh, now),

@@ -74,7 +74,9 @@ impl Store {
             }
             sh.active[g] = NO_SEGMENT;
         }
+        let old = sh.index.bytes();
         sh.index.clear();
+        self.recharge_index(old, sh.index.bytes());
         sh.churn += 1;
         let c = &mut sh.counters;
         (c.curr_items, c.bytes, c.item_bytes) = (0, 0, 0);

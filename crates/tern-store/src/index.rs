@@ -13,11 +13,17 @@
 //! bucket or the next one or two, a bucket's overflow count says whether a search must go on,
 //! and a removal just clears its slot. A rebuild holds only this shard's lock, for a time
 //! proportional to the shard's items (`Config::shards` spreads the index).
+//!
+//! The tables count inside the memory limit: the store charges a new table before it is built
+//! (`Store::grow_index`, making room by eviction when the heap is full), and a table that
+//! evictions leave under 30% full is rebuilt smaller, giving its memory back to the items.
 pub(crate) const TAG_BITS: u32 = 24;
 const LOC_BITS: u32 = 40;
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
 const WAYS: usize = 8;
 const MIN_BUCKETS: usize = 8;
+/// Bytes per bucket: its cache line and its overflow count.
+const BUCKET_BYTES: usize = std::mem::size_of::<Bucket>() + 1;
 /// An overflow count this high stays (it no longer knows how many passed).
 const STUCK: u8 = u8::MAX;
 
@@ -81,7 +87,43 @@ impl Index {
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.buckets.len() * (std::mem::size_of::<Bucket>() + 1)
+        self.buckets.len() * BUCKET_BYTES
+    }
+
+    /// Whether one more entry needs a larger table first (`grow`): past 85% full.
+    #[inline]
+    pub(crate) fn needs_room(&self) -> bool {
+        (self.len + 1) * 20 > self.buckets.len() * WAYS * 17
+    }
+
+    /// Bytes of the table `grow` builds.
+    pub(crate) fn grown_bytes(&self) -> usize {
+        self.grown_buckets() * BUCKET_BYTES
+    }
+
+    fn grown_buckets(&self) -> usize {
+        self.buckets.len() * 9 / 8 + 1
+    }
+
+    /// Whether the table is under 30% full (after evictions), so that `shrink` would give
+    /// back more than half of it.
+    pub(crate) fn is_sparse(&self) -> bool {
+        self.buckets.len() > MIN_BUCKETS && self.len * 10 < self.buckets.len() * WAYS * 3
+    }
+
+    /// Bytes of the table `shrink` builds.
+    pub(crate) fn shrunk_bytes(&self) -> usize {
+        self.shrunk_buckets() * BUCKET_BYTES
+    }
+
+    /// About 80% full, as `reserve` leaves a table.
+    fn shrunk_buckets(&self) -> usize {
+        (self.len * 20).div_ceil(WAYS * 16).max(MIN_BUCKETS)
+    }
+
+    /// Rebuilds the table smaller (see `is_sparse`).
+    pub(crate) fn shrink(&mut self) {
+        self.rebuild(self.shrunk_buckets());
     }
 
     fn home(&self, tag: u32) -> usize {
@@ -125,12 +167,11 @@ impl Index {
         *slot = (*slot & !LOC_MASK) | loc;
     }
 
-    /// Adds an entry (the caller has removed any older one for the same key).
+    /// Adds an entry (the caller has removed any older one for the same key, and grown the
+    /// table when `needs_room` said so).
     pub(crate) fn insert(&mut self, tag: u32, loc: u64) {
         debug_assert!(loc != 0 && loc <= LOC_MASK && tag != 0 && tag < 1 << TAG_BITS);
-        if (self.len + 1) * 20 > self.buckets.len() * WAYS * 17 {
-            self.grow();
-        }
+        debug_assert!(self.len < self.buckets.len() * WAYS, "a full table");
         self.place(((tag as u64) << LOC_BITS) | loc);
         self.len += 1;
     }
@@ -176,8 +217,17 @@ impl Index {
         }
     }
 
-    fn grow(&mut self) {
-        self.rebuild(self.buckets.len() * 9 / 8 + 1);
+    /// Bytes of the table `reserve(additional)` leaves.
+    pub(crate) fn reserved_bytes(&self, additional: usize) -> usize {
+        ((self.len + additional) * 20)
+            .div_ceil(WAYS * 16)
+            .max(self.buckets.len())
+            * BUCKET_BYTES
+    }
+
+    /// Rebuilds the table 1.125x larger.
+    pub(crate) fn grow(&mut self) {
+        self.rebuild(self.grown_buckets());
     }
 
     fn rebuild(&mut self, buckets: usize) {
@@ -196,6 +246,14 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// Inserts as the store does: growing first when the table says so.
+    fn add(index: &mut Index, tag: u32, loc: u64) {
+        if index.needs_room() {
+            index.grow();
+        }
+        index.insert(tag, loc);
+    }
+
     #[test]
     fn tag_ranges_find_every_entry_once_through_growth() {
         let mut index = Index::new();
@@ -205,7 +263,7 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let tag = ((rng >> 40) as u32).max(1);
-            index.insert(tag, loc);
+            add(&mut index, tag, loc);
         }
         let mut seen = Vec::new();
         let step = 1 << 18;
@@ -215,7 +273,8 @@ mod tests {
             // Growing between steps must not change what the rest of the walk finds.
             if lo == 4 * step {
                 for loc in 5_001..=7_000u64 {
-                    index.insert(
+                    add(
+                        &mut index,
                         (((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS)) | 1,
                         loc,
                     );
@@ -235,7 +294,8 @@ mod tests {
         index.reserve(50_000);
         let bytes = index.bytes();
         for loc in 1..=50_000u64 {
-            index.insert(
+            add(
+                &mut index,
                 (((loc * 2_654_435_761) >> 8) as u32 % (1 << TAG_BITS)) | 1,
                 loc,
             );
@@ -266,7 +326,7 @@ mod tests {
                 index.remove(i);
                 model.remove(&victim);
             } else {
-                index.insert(tag, loc);
+                add(&mut index, tag, loc);
                 model.insert(loc, tag);
             }
         }

@@ -26,6 +26,8 @@
 //! - The memory limit (memcached's `cache_memlimit`, see `memlimit`) caps the segments in use
 //!   within the mapped heap: past it the pool hands out nothing, so writes make room as in a
 //!   full heap; lowering it evicts down to it and gives free segments' pages back to the OS.
+//!   The index counts inside it: its tables are charged in whole segments, charged before a
+//!   table grows (eviction making room), so items and index together stay within `-m`.
 //! - The CAS unique is the item's place: (segment epoch << log2(segment size)) | offset. Every
 //!   write goes to a fresh place, so every stored version gets a new unique at no per-item cost;
 //!   a touch that must move an item carries its unique along.

@@ -2,11 +2,20 @@
 //! heap is mapped once at start (`Config::heap_bytes`, memcached's `-m`), so the limit moves
 //! within it: the pool hands out no segment past it, lowering it evicts down to it, and the
 //! free segments' memory goes back to the OS.
+//!
+//! The index counts inside the limit too. Its tables live outside the heap, so each segment's
+//! worth of them is charged to the pool as one segment fewer for items, and that many free
+//! segments' pages are given back, so items and index together stay within `-m`. A shard's
+//! table grows only once its new size is charged (`grow_index`), making room as a write in a
+//! full heap does (expired segments, then the eviction policy): an index that cannot grow
+//! refuses the write (out of memory), it never drops an accepted item. A table left sparse by
+//! evictions shrinks (`shrink_index`), so room the index no longer needs goes back to items.
 
 use crate::item;
+use crate::shard::Shard;
 use crate::store::Store;
 use crate::write::MAX_KEY;
-use crate::Eviction;
+use crate::{Eviction, UnixSecs};
 
 /// memcached's floor: "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m".
 const MIN_LIMIT_BYTES: usize = 8 << 20;
@@ -85,13 +94,91 @@ impl Store {
     }
 
     fn over_limit(&self) -> bool {
-        let pool = self.pool();
-        pool.in_use() > pool.limit()
+        self.pool().over_limit()
     }
 
-    /// Frees segments until those in use fit the limit, or none more can be freed. Holds one
-    /// shard's lock at a time, and no other lock while it waits for one.
-    fn evict_to_limit(&self) {
+    /// Grows this shard's index so that it takes one more entry, its new table charged to
+    /// the limit before it is built (beside the old one until that is dropped). Makes room as
+    /// a write in a full heap does; false when none can be made (then the write that needed
+    /// the entry fails, out of memory). Evicting here may also leave the shard needing no
+    /// larger table. Every rebuild moves slots, so `churn` changes.
+    #[cold]
+    pub(crate) fn grow_index(&self, sh: &mut Shard, now: UnixSecs) -> bool {
+        sh.churn += 1;
+        // Each pass frees at least a segment, or gives up.
+        for _ in 0..=self.segs.count() {
+            if !sh.index.needs_room() {
+                return true;
+            }
+            let grown = sh.index.grown_bytes();
+            if self.pool().charge_index(grown) {
+                self.discard_excess_warm();
+                let old = sh.index.bytes();
+                sh.index.grow();
+                self.pool().uncharge_index(old);
+                return true;
+            }
+            if self.reclaim_shard(sh, now) == 0 && !self.evict_for(sh, now) {
+                return false;
+            }
+            self.release(sh, false);
+        }
+        false
+    }
+
+    /// Rebuilds this shard's index smaller when evictions left it sparse, giving room back to
+    /// items. The smaller table (under half the old one) is charged even past the limit: it
+    /// exists for the time of the rebuild beside the old one, which is then dropped.
+    pub(crate) fn shrink_index(&self, sh: &mut Shard) {
+        if !sh.index.is_sparse() {
+            return;
+        }
+        sh.churn += 1;
+        self.pool().charge_index_anyway(sh.index.shrunk_bytes());
+        let old = sh.index.bytes();
+        sh.index.shrink();
+        self.pool().uncharge_index(old);
+    }
+
+    /// Charges `bytes` of index a restore needs even past the limit (it must index what it
+    /// restores); the restore frees segments down to the limit once every shard is indexed.
+    pub(crate) fn charge_restored_index(&self, bytes: usize) {
+        self.pool().charge_index_anyway(bytes);
+    }
+
+    /// Moves the charge of a shard's index from `old` to `new` bytes (`flush_all`'s fresh table).
+    pub(crate) fn recharge_index(&self, old: usize, new: usize) {
+        let mut pool = self.pool();
+        pool.uncharge_index(old);
+        pool.charge_index_anyway(new);
+    }
+
+    /// Gives back the pages of free segments beyond what the limit leaves the heap beside the
+    /// index, so RSS stays within `-m` as the index grows (a no-op where pages cannot be
+    /// given back: `Heap::can_discard`).
+    pub(crate) fn discard_excess_warm(&self) {
+        if !self.segs.can_discard() {
+            return;
+        }
+        let step = DISCARD_STEP_BYTES / self.segs.size();
+        let mut from = 0;
+        loop {
+            let mut pool = self.pool();
+            let excess = pool.excess_warm();
+            if excess == 0 {
+                break;
+            }
+            let Some((start, len)) = pool.warm_free_run(from, step.min(excess)) else {
+                break;
+            };
+            self.segs.discard(&mut pool, start, len);
+            from = start + len;
+        }
+    }
+
+    /// Frees segments until those in use and the index fit the limit, or none more can be
+    /// freed. Holds one shard's lock at a time, and no other lock while it waits for one.
+    pub(crate) fn evict_to_limit(&self) {
         if !self.over_limit() {
             return;
         }
@@ -133,7 +220,7 @@ impl Store {
 mod tests {
     use std::sync::Arc;
 
-    use crate::{Clock, Config, Expiry, Store, StoreOp};
+    use crate::{Clock, Config, Eviction, Expiry, Store, StoreOp, StoreOutcome};
 
     /// Segments with any page in memory, and whether every free one has none.
     fn residency(s: &Store) -> (usize, bool) {
@@ -145,6 +232,151 @@ mod tests {
             .filter(|&seg| pool.is_free(seg as u32))
             .all(|seg| !resident(seg));
         (in_memory, free_released)
+    }
+
+    /// The index's budget holds: segments in use and the index's charge fit the limit, the
+    /// charge is what the tables hold, and no more heap segments hold memory than the limit
+    /// leaves beside the index.
+    fn assert_within_budget(s: &Store) {
+        let tables: usize = (0..s.shards.len()).map(|i| s.lock(i).index.bytes()).sum();
+        let (in_memory, _) = residency(s);
+        let pool = s.pool();
+        assert_eq!(pool.index_bytes(), tables);
+        assert!(
+            pool.in_use() + pool.index_segments() <= pool.limit(),
+            "{} segments in use, {} charged to the index, limit {}",
+            pool.in_use(),
+            pool.index_segments(),
+            pool.limit()
+        );
+        assert!(
+            in_memory <= pool.limit() - pool.index_segments(),
+            "{in_memory} segments in memory beside {} of index",
+            pool.index_segments()
+        );
+    }
+
+    fn small_store(heap_bytes: usize, eviction: Eviction) -> Store {
+        let s = Store::new(
+            Config {
+                heap_bytes,
+                shards: 4,
+                eviction,
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(1_700_000_000)),
+        )
+        .unwrap();
+        s.segs.heap().no_huge_pages();
+        s
+    }
+
+    #[test]
+    fn tiny_items_fill_the_limit_with_their_index_and_none_is_lost_silently() {
+        let s = small_store(4 << 20, Eviction::Merge);
+        let sets = 600_000u64;
+        for i in 0..sets {
+            let outcome = s.store(StoreOp::Set, &i.to_le_bytes(), 0, Expiry::NEVER, b"v");
+            assert!(
+                matches!(outcome, StoreOutcome::Stored { .. }),
+                "{outcome:?}"
+            );
+            if i % 4096 == 0 {
+                assert_within_budget(&s);
+            }
+        }
+        assert_within_budget(&s);
+        let stats = s.stats();
+        // Every accepted item is held or was evicted, counted.
+        assert_eq!(stats.curr_items + stats.evictions, sets);
+        assert!(stats.evictions > 0);
+        // The index took a real share of the limit (about 10 of every 23 bytes here).
+        assert!(stats.index_bytes * 3 > stats.limit_maxbytes, "{stats:?}");
+        // The newest items are all there.
+        for i in sets - 1000..sets {
+            assert!(s.get(&i.to_le_bytes(), |_| ()).is_ok(), "item {i}");
+        }
+    }
+
+    #[test]
+    fn an_index_that_cannot_grow_refuses_the_write_without_eviction() {
+        let s = small_store(4 << 20, Eviction::None);
+        let mut stored = 0u64;
+        let mut refused = 0;
+        for i in 0..600_000u64 {
+            match s.store(StoreOp::Set, &i.to_le_bytes(), 0, Expiry::NEVER, b"v") {
+                StoreOutcome::Stored { .. } => stored += 1,
+                StoreOutcome::OutOfMemory => refused += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(refused > 0);
+        assert_within_budget(&s);
+        let stats = s.stats();
+        assert_eq!((stats.curr_items, stats.evictions), (stored, 0));
+    }
+
+    #[test]
+    fn larger_items_after_tiny_ones_take_back_the_index_room() {
+        let s = small_store(4 << 20, Eviction::Fifo);
+        for i in 0..300_000u64 {
+            s.store(StoreOp::Set, &i.to_le_bytes(), 0, Expiry::NEVER, b"v");
+        }
+        let tiny_index = s.stats().index_bytes;
+        for i in 0..20_000u64 {
+            s.store(
+                StoreOp::Set,
+                &(i << 32).to_le_bytes(),
+                0,
+                Expiry::NEVER,
+                &[7; 1000],
+            );
+        }
+        assert_within_budget(&s);
+        let stats = s.stats();
+        assert!(
+            stats.index_bytes * 4 < tiny_index,
+            "{} bytes of index, {tiny_index} before",
+            stats.index_bytes
+        );
+        assert!(stats.heap_used > stats.limit_maxbytes * 9 / 10, "{stats:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
+        /// Any mix of sizes, deletes, flushes and limit changes keeps the index in its budget.
+        #[test]
+        fn the_index_never_passes_its_budget(
+            ops in proptest::collection::vec((0u8..8, 0u32..1_000_000, 0usize..5), 1..40)
+        ) {
+            // 16 MiB, so that the limit can move (its floor is 8 MiB).
+            let s = small_store(16 << 20, Eviction::Merge);
+            let sizes = [1, 1, 40, 3_000, 300_000];
+            for (op, key, size) in ops {
+                match op {
+                    0 => s.flush_all(0),
+                    1 => {
+                        let mb = 8 + key as usize % 9;
+                        s.set_memory_limit(mb << 20).unwrap();
+                    }
+                    2 => {
+                        for k in key..key + 500 {
+                            s.delete(&k.to_le_bytes());
+                        }
+                    }
+                    _ => {
+                        for k in key..key + 40_000 {
+                            s.store(StoreOp::Set, &k.to_le_bytes(), 0, Expiry::NEVER,
+                                &vec![1; sizes[size]]);
+                            if sizes[size] > 1000 {
+                                break;
+                            }
+                        }
+                    }
+                }
+                assert_within_budget(&s);
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The free-segment pool, shared by all shards: a bitmap rather than a list, so a large item
 //! can find a run of contiguous free segments. It also holds the memory limit: how many
 //! segments may be in use at once (`Store::set_memory_limit`), so a write past it makes room
-//! the way it would in a full heap.
+//! the way it would in a full heap, and charges the shards' indexes to that limit: each
+//! segment's worth of index is one segment fewer that items may use (see `Store::grow_index`).
 
 use std::sync::MutexGuard;
 
@@ -16,9 +17,15 @@ pub(crate) struct Pool {
     /// others first, so RSS stays as low as the data held allows.
     cold: Vec<u64>,
     free_count: usize,
+    /// Segments marked in `cold`.
+    cold_count: usize,
     segments: usize,
-    /// Segments that may be in use (not free: owned, in a pending run, or claimed) at once.
+    segment_size: usize,
+    /// Segments that may be in use (not free: owned, in a pending run, or claimed) at once,
+    /// the index's charge (`index_segments`) counted among them.
     limit: usize,
+    /// Bytes of every shard's index tables, a rebuild's new table included while it is built.
+    index_bytes: usize,
     /// Where the next large-item window starts, so evictions for runs rotate over the heap.
     window: usize,
 }
@@ -36,15 +43,18 @@ fn set_bit(bits: &mut [u64], i: usize, on: bool) {
 }
 
 impl Pool {
-    pub(crate) fn new(segments: usize) -> Pool {
+    pub(crate) fn new(segments: usize, segment_size: usize) -> Pool {
         let words = segments.div_ceil(64);
         let mut pool = Pool {
             free: vec![0; words],
             claimed: vec![0; words],
             cold: vec![0; words],
             free_count: segments,
+            cold_count: segments,
             segments,
+            segment_size,
             limit: segments,
+            index_bytes: 0,
             window: 0,
         };
         for i in 0..segments {
@@ -72,9 +82,54 @@ impl Pool {
         self.limit = segments;
     }
 
+    /// Segments the index is charged: its bytes in whole segments, rounded down, so a small
+    /// heap's first tables (a few KiB) do not take a segment from its items; what is left
+    /// over is under one segment, within the bound docs/storage.md states.
+    pub(crate) fn index_segments(&self) -> usize {
+        self.index_bytes / self.segment_size
+    }
+
+    pub(crate) fn index_bytes(&self) -> usize {
+        self.index_bytes
+    }
+
+    /// Whether the segments in use and the index together pass the limit.
+    pub(crate) fn over_limit(&self) -> bool {
+        self.in_use() + self.index_segments() > self.limit
+    }
+
+    /// Charges `bytes` more of index to the limit, if they fit beside the segments in use.
+    pub(crate) fn charge_index(&mut self, bytes: usize) -> bool {
+        let segments = (self.index_bytes + bytes) / self.segment_size;
+        if self.in_use() + segments > self.limit {
+            return false;
+        }
+        self.index_bytes += bytes;
+        true
+    }
+
+    /// Charges `bytes` more of index whether or not they fit (a table that must exist: a
+    /// restore's, or a shrink's smaller one); the caller then frees segments down to the limit.
+    pub(crate) fn charge_index_anyway(&mut self, bytes: usize) {
+        self.index_bytes += bytes;
+    }
+
+    pub(crate) fn uncharge_index(&mut self, bytes: usize) {
+        debug_assert!(bytes <= self.index_bytes);
+        self.index_bytes -= bytes;
+    }
+
+    /// Segments whose pages may be resident beyond what the limit leaves the heap once the
+    /// index is charged: that many free ones must give their memory back.
+    pub(crate) fn excess_warm(&self) -> usize {
+        let warm = self.segments - self.cold_count;
+        warm.saturating_sub(self.limit.saturating_sub(self.index_segments()))
+    }
+
     /// Segments that may still leave the pool before the limit is reached.
     fn room(&self) -> usize {
-        self.limit.saturating_sub(self.in_use())
+        self.limit
+            .saturating_sub(self.in_use() + self.index_segments())
     }
 
     pub(crate) fn is_free(&self, seg: u32) -> bool {
@@ -89,7 +144,10 @@ impl Pool {
     fn remove(&mut self, seg: usize) {
         debug_assert!(bit(&self.free, seg));
         set_bit(&mut self.free, seg, false);
-        set_bit(&mut self.cold, seg, false);
+        if bit(&self.cold, seg) {
+            set_bit(&mut self.cold, seg, false);
+            self.cold_count -= 1;
+        }
         self.free_count -= 1;
     }
 
@@ -208,7 +266,10 @@ impl Pool {
     pub(crate) fn mark_cold(&mut self, start: usize, len: usize) {
         for seg in start..start + len {
             debug_assert!(bit(&self.free, seg));
-            set_bit(&mut self.cold, seg, true);
+            if !bit(&self.cold, seg) {
+                set_bit(&mut self.cold, seg, true);
+                self.cold_count += 1;
+            }
         }
     }
 }
@@ -225,7 +286,7 @@ mod tests {
 
     #[test]
     fn low_segments_first_and_claims_keep_segments_out() {
-        let mut pool = Pool::new(70);
+        let mut pool = Pool::new(70, 4096);
         assert_eq!((pool.take(), pool.take()), (Some(0), Some(1)));
         pool.give(0);
         assert_eq!(pool.claim_window(3, |seg| seg != 2), Some(3));
@@ -246,7 +307,7 @@ mod tests {
 
     #[test]
     fn nothing_leaves_the_pool_past_the_limit() {
-        let mut pool = Pool::new(10);
+        let mut pool = Pool::new(10, 4096);
         pool.set_limit(4);
         assert_eq!(pool.take_run(3), Some(0));
         assert_eq!(pool.take_run(2), None);
@@ -272,7 +333,7 @@ mod tests {
 
     #[test]
     fn written_segments_go_out_before_cold_ones_until_discarded() {
-        let mut pool = Pool::new(130);
+        let mut pool = Pool::new(130, 4096);
         for seg in 0..70 {
             assert_eq!(pool.take(), Some(seg));
         }

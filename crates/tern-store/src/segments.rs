@@ -428,7 +428,7 @@ mod tests {
     fn a_discarded_segment_comes_back_zeroed_and_its_neighbour_whole() {
         let segs = segments();
         segs.heap.no_huge_pages();
-        let mut pool = Pool::new(16);
+        let mut pool = Pool::new(16, segs.size());
         let mut owner = Owner::new(0);
         for (fill, seg) in [7, 9].into_iter().zip(0..) {
             assert_eq!(pool.take(), Some(seg));
@@ -449,7 +449,7 @@ mod tests {
     #[should_panic(expected = "not all free")]
     fn a_segment_in_use_is_never_discarded() {
         let segs = segments();
-        let mut pool = Pool::new(16);
+        let mut pool = Pool::new(16, segs.size());
         let seg = pool.take().unwrap();
         segs.assign(seg, &Owner::new(0));
         segs.discard(&mut pool, 0, 2);

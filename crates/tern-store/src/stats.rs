@@ -24,7 +24,8 @@ pub struct StoreStats {
     pub merges: u64,
     /// Heap bytes in segments holding items (the rest is free in the pool).
     pub heap_used: u64,
-    /// Bytes of the hash index, outside the heap.
+    /// Bytes of the hash index (memcached's `hash_bytes`): outside the heap's mapping but
+    /// inside the memory limit, where each segment's worth of it is a segment fewer for items.
     pub index_bytes: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
@@ -77,18 +78,16 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let now = self.clock.now();
         let mut total = Counters::default();
-        let mut index_bytes = 0;
         let mut oldest_created = now;
         self.each_shard(now, |sh| {
             total.add(&sh.counters);
-            index_bytes += sh.index.bytes() as u64;
             for &head in sh.chains.iter().filter_map(|chain| chain.front()) {
                 oldest_created = oldest_created.min(get32(&self.segs.meta(head).created));
             }
         });
-        let (free, limit) = {
+        let (free, limit, index_bytes) = {
             let pool = self.pool();
-            (pool.free_count(), pool.limit())
+            (pool.free_count(), pool.limit(), pool.index_bytes() as u64)
         };
         StoreStats {
             curr_items: total.curr_items,

@@ -67,9 +67,11 @@ impl Store {
         hasher: ahash::RandomState,
         seeds: [u64; 4],
     ) -> Store {
-        let shards = (0..geometry.shards)
+        let shards: Box<[_]> = (0..geometry.shards)
             .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
             .collect();
+        let mut pool = Pool::new(geometry.segments, 1 << geometry.segment_shift);
+        pool.charge_index_anyway(shards.iter().map(|s| locked(&s.0).index.bytes()).sum());
         Store {
             segs: Segments::new(
                 heap,
@@ -77,7 +79,7 @@ impl Store {
                 geometry.segment_shift,
                 config.cas_enabled,
             ),
-            pool: Mutex::new(Pool::new(geometry.segments)),
+            pool: Mutex::new(pool),
             flush: Flush::new(),
             oldest: (0..geometry.shards)
                 .map(|_| AtomicU64::new(u64::MAX))

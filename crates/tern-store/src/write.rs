@@ -68,6 +68,10 @@ impl Store {
             let now = self.clock.now();
             let mut guard = self.lock(shard);
             let sh = &mut *guard;
+            // Before the lookup: growing may evict, and `found` must outlive that.
+            if sh.index.needs_room() && !self.grow_index(sh, now) {
+                return self.fail(sh, op, key, run, StoreOutcome::OutOfMemory);
+            }
             let found = match self.catch_up_flush(sh, Some(key), now) {
                 Ok(()) => self.live(sh, key, now).ok(),
                 Err(_) => None,
