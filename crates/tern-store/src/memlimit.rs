@@ -12,6 +12,7 @@
 //! evictions shrinks (`shrink_index`), so room the index no longer needs goes back to items.
 
 use crate::item;
+use crate::pool::Pool;
 use crate::shard::Shard;
 use crate::store::Store;
 use crate::write::MAX_KEY;
@@ -157,23 +158,7 @@ impl Store {
     /// index, so RSS stays within `-m` as the index grows (a no-op where pages cannot be
     /// given back: `Heap::can_discard`).
     pub(crate) fn discard_excess_warm(&self) {
-        if !self.segs.can_discard() {
-            return;
-        }
-        let step = DISCARD_STEP_BYTES / self.segs.size();
-        let mut from = 0;
-        loop {
-            let mut pool = self.pool();
-            let excess = pool.excess_warm();
-            if excess == 0 {
-                break;
-            }
-            let Some((start, len)) = pool.warm_free_run(from, step.min(excess)) else {
-                break;
-            };
-            self.segs.discard(&mut pool, start, len);
-            from = start + len;
-        }
+        self.discard_warm(Pool::excess_warm);
     }
 
     /// Frees segments until those in use and the index fit the limit, or none more can be
@@ -200,6 +185,12 @@ impl Store {
 
     /// Gives the memory of the free segments that may hold some back to the OS.
     fn discard_free(&self) {
+        self.discard_warm(|_| usize::MAX);
+    }
+
+    /// Gives back the pages of free segments that may hold some, a run of at most
+    /// `DISCARD_STEP_BYTES` per pool lock, while `wanted` asks for more segments (0: enough).
+    fn discard_warm(&self, wanted: impl Fn(&Pool) -> usize) {
         if !self.segs.can_discard() {
             return;
         }
@@ -207,7 +198,11 @@ impl Store {
         let mut from = 0;
         loop {
             let mut pool = self.pool();
-            let Some((start, len)) = pool.warm_free_run(from, step) else {
+            let want = wanted(&pool);
+            if want == 0 {
+                break;
+            }
+            let Some((start, len)) = pool.warm_free_run(from, step.min(want)) else {
                 break;
             };
             self.segs.discard(&mut pool, start, len);
