@@ -120,46 +120,45 @@ fn expected_cas(req: &Request<'_>) -> Option<u64> {
     (req.cas != 0).then_some(req.cas)
 }
 
+/// Get and GetAndTouch (and their K and Q forms): the value, or a miss unless quiet.
+fn get(
+    ops: &Ops<'_>,
+    req: &Request<'_>,
+    cmd: Cmd,
+    key: &[u8],
+    expiry: Option<Expiry>,
+    with_key: bool,
+    out: &mut Vec<u8>,
+) {
+    let (opcode, opaque) = (req.opcode, req.opaque);
+    let echo = with_key.then_some(key);
+    let found = ops.get(cmd, key, expiry, |item| {
+        bin::write_value(
+            out,
+            opcode,
+            opaque,
+            item.cas(),
+            item.flags,
+            echo,
+            item.value,
+        )
+    });
+    if found.is_err() && !bin::reply_suppressed(opcode, Status::KeyNotFound) {
+        bin::write_miss(out, opcode, opaque, echo);
+    }
+}
+
 fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
     let (opcode, opaque) = (req.opcode, req.opaque);
     match req.command {
-        Command::Get { key, with_key } => {
-            let echo = with_key.then_some(key);
-            let found = ops.get(Cmd::Get, key, None, |item| {
-                bin::write_value(
-                    out,
-                    opcode,
-                    opaque,
-                    item.cas(),
-                    item.flags,
-                    echo,
-                    item.value,
-                )
-            });
-            if found.is_err() && !bin::reply_suppressed(opcode, Status::KeyNotFound) {
-                bin::write_miss(out, opcode, opaque, echo);
-            }
-        }
+        Command::Get { key, with_key } => get(ops, req, Cmd::Get, key, None, with_key, out),
         Command::GetAndTouch {
             key,
             exptime,
             with_key,
         } => {
-            let echo = with_key.then_some(key);
-            let found = ops.get(Cmd::Gat, key, Some(expiry(ops, exptime)), |item| {
-                bin::write_value(
-                    out,
-                    opcode,
-                    opaque,
-                    item.cas(),
-                    item.flags,
-                    echo,
-                    item.value,
-                )
-            });
-            if found.is_err() && !bin::reply_suppressed(opcode, Status::KeyNotFound) {
-                bin::write_miss(out, opcode, opaque, echo);
-            }
+            let expiry = Some(expiry(ops, exptime));
+            get(ops, req, Cmd::Gat, key, expiry, with_key, out);
         }
         Command::Touch { key, exptime } => {
             // memcached's Touch reply carries the flags but not the value.
