@@ -3,7 +3,7 @@
 # minimal epoll responder (examples/path_limit_responder.rs) as the epoll path's floor, measured
 # with `tern bench`, rounds alternated, medians and ratios printed. Each server runs one worker
 # thread on core 0, the generator on core 1. Extra tern-serve flags for both tern servers come
-# from TERN_ARGS (e.g. TERN_ARGS="-o busy_poll_us=50").
+# from TERN_ARGS (e.g. TERN_ARGS="-R 100").
 #
 #   crates/tern-bench/scripts/io-engine.sh [ROUNDS] [SECONDS] [extra tern bench args...]
 #
@@ -21,18 +21,8 @@ read -r -a shape <<< "${SHAPE:--c 50 -p 1 -r 20000}"
 
 cargo build --release -q -p tern
 cargo build --release -q -p tern-bench --example path_limit_responder
-target=${CARGO_TARGET_DIR:-target}/release
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
-start() { # port, command...
-  local port=$1; shift
-  taskset -c 0 "$@" &
-  pids+=($!)
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return; sleep 0.05; done
-  echo "server on port $port did not start: $*" >&2; exit 1
-}
+# shellcheck source=servers.sh
+source crates/tern-bench/scripts/servers.sh
 e_port=$(free_port); u_port=$(free_port); r_port=$(free_port)
 start "$e_port" "$target/tern" serve -t 1 -m 1024 -p "$e_port" -l 127.0.0.1 --io-engine=epoll "${tern_args[@]}"
 start "$u_port" "$target/tern" serve -t 1 -m 1024 -p "$u_port" -l 127.0.0.1 --io-engine=uring "${tern_args[@]}"

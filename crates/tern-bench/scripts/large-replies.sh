@@ -11,18 +11,8 @@ rounds=${1:-5}
 secs=${2:-5}
 
 cargo build --release -q -p tern
-target=${CARGO_TARGET_DIR:-target}/release
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
-start() { # port, command...
-  local port=$1; shift
-  taskset -c 0 "$@" &
-  pids+=($!)
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return; sleep 0.05; done
-  echo "server on port $port did not start: $*" >&2; exit 1
-}
+# shellcheck source=servers.sh
+source crates/tern-bench/scripts/servers.sh
 m_port=$(free_port); t_port=$(free_port)
 start "$m_port" memcached -u root -U 0 -t 1 -m 2048 -p "$m_port" -l 127.0.0.1
 start "$t_port" "$target/tern" serve -t 1 -m 2048 -p "$t_port" -l 127.0.0.1
