@@ -18,7 +18,7 @@ measure() {
         sleep 0.1
     done
     local start; start=$(rss_kib "$pid")
-    local held; held=$(python3 "$here/load_items.py" "$port" "$items")
+    local held; read -r held _ <<<"$(python3 "$here/load_items.py" "$port" "$items")"
     local end; end=$(rss_kib "$pid")
     echo "| $name | $held | $((start / 1024)) MiB | $((end / 1024)) MiB |"
     kill "$pid"; wait "$pid" 2>/dev/null || true

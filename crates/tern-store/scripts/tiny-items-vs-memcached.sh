@@ -21,7 +21,7 @@ measure() {
         sleep 0.1
     done
     local start; start=$(rss_kib "$pid")
-    local held; held=$(python3 "$here/fill_tiny.py" "$port" "$items")
+    local held; held=$(python3 "$here/load_items.py" "$port" "$items" tiny)
     local end; end=$(rss_kib "$pid")
     read -r curr evicted hash <<<"$held"
     echo "| $name | $curr | $evicted | $hash | $((start / 1024)) MiB | $((end / 1024)) MiB | $(((end - start) / 1024)) MiB |"
