@@ -22,7 +22,7 @@ pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<TlsStream>),
-    /// A TCP or unix socket whose I/O the io_uring engine does (`uring.rs`): reads take what
+    /// A TCP or unix socket whose I/O the io_uring engine does (`uring/`): reads take what
     /// its receives brought, writes are queued for its next submit.
     Ring(Box<RingIo>),
 }

@@ -1,0 +1,129 @@
+//! The io_uring engine's side of accepting: multishot accepts completing, `-c` and its waiting
+//! clients, a new connection's slot and `stats conns` entry.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn accepted(&mut self, listener: usize, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accepting[listener] = false;
+        }
+        let fd = match RawFd::try_from(res) {
+            Ok(fd) if fd >= 0 => fd,
+            _ => {
+                if res != -libc::ECANCELED {
+                    let e = io::Error::from_raw_os_error(-res);
+                    tracing::warn!(worker = self.id, "accept failed: {e}");
+                    // EMFILE and friends: the client stays in the backlog; try again soon.
+                    self.accept_retry = Some(Instant::now() + Duration::from_millis(50));
+                }
+                return;
+            }
+        };
+        let Some(listener) = self.listeners.get(listener) else {
+            // Stopping (draining): no new client.
+            // SAFETY: the accept handed this descriptor to us alone.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+            return;
+        };
+        // SAFETY: the accept handed this descriptor to us alone; the stream owns it now.
+        let stream = unsafe {
+            match listener {
+                Listener::Unix(_) => Stream::Unix(mio::net::UnixStream::from_raw_fd(fd)),
+                Listener::Tcp(_) | Listener::Tls(..) => {
+                    let tcp = mio::net::TcpStream::from_raw_fd(fd);
+                    let _ = tcp.set_nodelay(true);
+                    Stream::Tcp(tcp)
+                }
+            }
+        };
+        if self.draining_since.is_some() {
+            return;
+        }
+        if self.accept_paused {
+            self.waiting.push_back(stream);
+            return;
+        }
+        if let Err(mut stream) = self.admit(stream) {
+            if self.shared.settings.maxconns_fast {
+                self.shared.workers[self.id].metrics.conn_rejected();
+                // Best effort, like memcached: the reply fits any socket buffer.
+                let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+            } else {
+                // memcached stops accepting at -c: this client waits, unread, and so do those
+                // in the backlog.
+                self.waiting.push_back(stream);
+                self.pause_accepting();
+            }
+        }
+    }
+
+    pub(super) fn pause_accepting(&mut self) {
+        self.accept_paused = true;
+        for i in 0..self.listeners.len() {
+            if self.accepting[i] {
+                let cancel = opcode::AsyncCancel::new(ACCEPT | i as u64).build();
+                self.push_plain(cancel.user_data(CLOSE | NO_SLOT));
+            }
+        }
+    }
+
+    /// Takes a waiting client in for each slot that has freed up, then accepts again once none
+    /// waits.
+    pub(super) fn admit_waiting(&mut self) {
+        while let Some(stream) = self.waiting.pop_front() {
+            if let Err(stream) = self.admit(stream) {
+                self.waiting.push_front(stream);
+                return;
+            }
+        }
+        self.accept_paused = false;
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+    }
+
+    /// Takes a new client unless -c connections are open (then it is handed back).
+    pub(super) fn admit(&mut self, stream: Stream) -> Result<(), Stream> {
+        let metrics = &self.shared.workers[self.id].metrics;
+        let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+        if open >= self.shared.settings.conn_limit {
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(stream);
+        }
+        metrics.conn_opened();
+        let idx = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot::default());
+            self.slots.len() - 1
+        });
+        let entry = ConnEntry::client(&stream, self.shared.store.clock().now());
+        let fd = entry.fd;
+        let activity = (entry.fd, entry.last_cmd.clone());
+        if idx < self.activity.len() {
+            self.activity[idx] = activity;
+        } else {
+            self.activity.push(activity);
+        }
+        self.conn_table().push(entry);
+        log_conn_event(&self.shared, &stream, fd, "conn_new", "");
+        let fixed = idx < self.fixed_files
+            && self
+                .ring
+                .submitter()
+                .register_files_update(idx as u32, &[fd])
+                .is_ok();
+        let slot = &mut self.slots[idx];
+        slot.free = false;
+        slot.fixed = fixed;
+        slot.conn = Some(Conn::new(Stream::Ring(Box::new(RingIo::new(stream)))));
+        self.arm_receive(idx);
+        tracing::debug!(worker = self.id, conn = idx, "new connection");
+        Ok(())
+    }
+
+    pub(super) fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
+        self.shared.conn_tables[self.id]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
