@@ -4,7 +4,7 @@
 //! endpoint ([`ServerAdmin`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tern_admin::stats_text::{ConnInfo, ConnState};
 use tern_admin::{
@@ -15,7 +15,8 @@ use tern_store::{Store, UnixSecs};
 
 use crate::auth::AuthFile;
 use crate::config::Settings;
-use crate::conn_table::ConnTables;
+use crate::conn_table::{ConnEntry, ConnTables};
+use crate::net::{Listener, Stream};
 use crate::prefix_stats::PrefixStats;
 use crate::recording::WorkerState;
 use crate::tls::Tls;
@@ -62,6 +63,58 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Counts a new connection of `worker` against `-c`; false, with nothing counted, when
+    /// `-c` connections are open already.
+    pub fn reserve_connection(&self, worker: usize) -> bool {
+        let open = self.curr_connections.fetch_add(1, Ordering::Relaxed);
+        if open >= self.settings.conn_limit {
+            self.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        self.workers[worker].metrics.conn_opened();
+        true
+    }
+
+    /// Gives back what [`Shared::reserve_connection`] counted.
+    pub fn unreserve_connection(&self, worker: usize) {
+        self.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.workers[worker].metrics.conn_closed();
+    }
+
+    /// `worker`'s sockets as `stats conns` lists them.
+    pub fn conn_table(&self, worker: usize) -> MutexGuard<'_, Vec<ConnEntry>> {
+        self.conn_tables[worker]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists `worker`'s listeners for `stats conns`.
+    pub fn list_listeners(&self, worker: usize, listeners: &[Listener]) {
+        let entries = listeners
+            .iter()
+            .filter_map(|l| ConnEntry::listener(l, self.started));
+        self.conn_table(worker).extend(entries);
+    }
+
+    /// Lists a client `worker` took in for `stats conns` and tells watchers (`conn_new`): its
+    /// descriptor, and the clock of its last command, which the worker keeps up to date.
+    pub fn list_client(&self, worker: usize, stream: &Stream) -> (i32, Arc<AtomicU32>) {
+        let entry = ConnEntry::client(stream, self.store.clock().now());
+        let activity = (entry.fd, entry.last_cmd.clone());
+        self.conn_table(worker).push(entry);
+        self.watchers.conn_event(stream, activity.0, "conn_new", "");
+        activity
+    }
+
+    /// Undoes [`Shared::list_client`] and [`Shared::reserve_connection`] as a client's
+    /// connection closes, before its descriptor does (and can be reused).
+    pub fn unlist_client(&self, worker: usize, stream: &Stream, fd: i32) {
+        self.watchers
+            .conn_event(stream, fd, "conn_close", " reason=normal");
+        self.conn_table(worker).retain(|e| e.fd != fd);
+        self.unreserve_connection(worker);
+    }
+
     pub fn new(settings: Settings, store: Store) -> Shared {
         let started = store.clock().now();
         let hot_keys = HotKeys::new(HotKeyConfig {

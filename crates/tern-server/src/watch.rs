@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::net::Stream;
+
 /// The kinds of log line a watcher can ask for (memcached's names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -113,6 +115,24 @@ impl Watchers {
     fn publish(&self, watchers: &[Watcher]) {
         let mask = watchers.iter().fold(0, |mask, w| mask | w.kinds);
         self.mask.store(mask, Ordering::Relaxed);
+    }
+
+    /// memcached's `conn_new` / `conn_close` lines for a client socket.
+    pub fn conn_event(&self, stream: &Stream, fd: i32, event: &str, reason: &str) {
+        if !self.watching(Kind::Connevents) {
+            return;
+        }
+        let (peer, transport) = match stream.tcp() {
+            Some(s) => (s.peer_addr().ok(), "tcp"),
+            None => (None, "local"),
+        };
+        let (ip, port) = peer.map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
+        self.log(
+            Kind::Connevents,
+            format_args!(
+                "type={event} rip={ip} rport={port} transport={transport}{reason} cfd={fd}"
+            ),
+        );
     }
 
     /// Sends one line of `kind` to whoever watches it: `ts=... gid=... ` then `fields`.

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
@@ -13,12 +13,10 @@ use tern_proto::ascii;
 
 use crate::buffers::BufferPool;
 use crate::conn::{Conn, Drive, Limits};
-use crate::conn_table::ConnEntry;
 use crate::net::{Listener, Stream};
 use crate::ops::Ops;
 use crate::shared::Shared;
 use crate::udp::UdpServer;
-use crate::watch::Kind;
 
 /// Woken by the main thread to stop.
 pub const WAKER: Token = Token(0);
@@ -80,13 +78,7 @@ impl Worker {
                 Interest::READABLE,
             )?;
         }
-        let entries = listeners
-            .iter()
-            .filter_map(|l| ConnEntry::listener(l, shared.started));
-        shared.conn_tables[id]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(entries);
+        shared.list_listeners(id, &listeners);
         let s = &shared.settings;
         let limits = Limits {
             max_reqs_per_event: s.max_reqs_per_event,
@@ -288,13 +280,9 @@ impl Worker {
 
     /// Registers a new client unless -c connections are open (then it is handed back).
     fn admit(&mut self, stream: Stream) -> Result<(), Stream> {
-        let metrics = &self.shared.workers[self.id].metrics;
-        let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
-        if open >= self.shared.settings.conn_limit {
-            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        if !self.shared.reserve_connection(self.id) {
             return Err(stream);
         }
-        metrics.conn_opened();
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -306,21 +294,16 @@ impl Worker {
             Interest::READABLE,
         ) {
             tracing::warn!(worker = self.id, "cannot register a connection: {e}");
-            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-            metrics.conn_closed();
+            self.shared.unreserve_connection(self.id);
             self.free.push(idx);
             return Ok(());
         }
-        let entry = ConnEntry::client(&conn.stream, self.shared.store.clock().now());
-        let activity_fd = entry.fd;
-        let activity = (entry.fd, entry.last_cmd.clone());
+        let activity = self.shared.list_client(self.id, &conn.stream);
         if idx < self.activity.len() {
             self.activity[idx] = activity;
         } else {
             self.activity.push(activity);
         }
-        self.conn_table().push(entry);
-        log_conn_event(&self.shared, &conn.stream, activity_fd, "conn_new", "");
         self.conns[idx] = Some(conn);
         tracing::debug!(worker = self.id, conn = idx, "new connection");
         Ok(())
@@ -383,12 +366,6 @@ impl Worker {
         }
     }
 
-    fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
-        self.shared.conn_tables[self.id]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn drive(&mut self, idx: usize) {
         let ops = Ops::new(&self.shared, self.id);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
@@ -442,18 +419,8 @@ impl Worker {
             if let Some(id) = conn.watch_id() {
                 self.shared.watchers.remove(id);
             }
-            let fd = self.activity[idx].0;
-            log_conn_event(
-                &self.shared,
-                &conn.stream,
-                fd,
-                "conn_close",
-                " reason=normal",
-            );
-            // Out of the table before the descriptor closes and can be reused.
-            self.conn_table().retain(|e| e.fd != fd);
-            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-            self.shared.workers[self.id].metrics.conn_closed();
+            self.shared
+                .unlist_client(self.id, &conn.stream, self.activity[idx].0);
             self.free.push(idx);
             tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }
@@ -464,7 +431,9 @@ impl Worker {
         for mut listener in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(listener.source());
         }
-        self.conn_table().retain(|e| e.listen_addr.is_some());
+        self.shared
+            .conn_table(self.id)
+            .retain(|e| e.listen_addr.is_some());
         let ops = Ops::new(&self.shared, self.id);
         let mut done = Vec::new();
         for (idx, slot) in self.conns.iter_mut().enumerate() {
@@ -479,20 +448,4 @@ impl Worker {
             self.close(idx);
         }
     }
-}
-
-/// memcached's `conn_new` / `conn_close` watch lines.
-pub(crate) fn log_conn_event(shared: &Shared, stream: &Stream, fd: i32, event: &str, reason: &str) {
-    if !shared.watchers.watching(Kind::Connevents) {
-        return;
-    }
-    let (peer, transport) = match stream.tcp() {
-        Some(s) => (s.peer_addr().ok(), "tcp"),
-        None => (None, "local"),
-    };
-    let (ip, port) = peer.map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
-    shared.watchers.log(
-        Kind::Connevents,
-        format_args!("type={event} rip={ip} rport={port} transport={transport}{reason} cfd={fd}"),
-    );
 }

@@ -85,27 +85,20 @@ impl Engine {
 
     /// Takes a new client unless -c connections are open (then it is handed back).
     pub(super) fn admit(&mut self, stream: Stream) -> Result<(), Stream> {
-        let metrics = &self.shared.workers[self.id].metrics;
-        let open = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
-        if open >= self.shared.settings.conn_limit {
-            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        if !self.shared.reserve_connection(self.id) {
             return Err(stream);
         }
-        metrics.conn_opened();
         let idx = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot::default());
             self.slots.len() - 1
         });
-        let entry = ConnEntry::client(&stream, self.shared.store.clock().now());
-        let fd = entry.fd;
-        let activity = (entry.fd, entry.last_cmd.clone());
+        let activity = self.shared.list_client(self.id, &stream);
+        let fd = activity.0;
         if idx < self.activity.len() {
             self.activity[idx] = activity;
         } else {
             self.activity.push(activity);
         }
-        self.conn_table().push(entry);
-        log_conn_event(&self.shared, &stream, fd, "conn_new", "");
         let fixed = idx < self.fixed_files
             && self
                 .ring
@@ -119,11 +112,5 @@ impl Engine {
         self.arm_receive(idx);
         tracing::debug!(worker = self.id, conn = idx, "new connection");
         Ok(())
-    }
-
-    pub(super) fn conn_table(&self) -> std::sync::MutexGuard<'_, Vec<ConnEntry>> {
-        self.shared.conn_tables[self.id]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }

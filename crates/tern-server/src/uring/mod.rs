@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -23,12 +23,11 @@ use tern_proto::ascii;
 
 use crate::buffers::BufferPool;
 use crate::conn::{Conn, Drive, Limits};
-use crate::conn_table::ConnEntry;
 use crate::net::{Listener, Stream};
 use crate::ops::Ops;
 use crate::shared::Shared;
 use crate::udp::UdpServer;
-use crate::worker::{log_conn_event, Worker, DRAIN_PATIENCE, MAX_HOLDERS};
+use crate::worker::{Worker, DRAIN_PATIENCE, MAX_HOLDERS};
 
 mod accept;
 mod ring;
@@ -211,13 +210,7 @@ impl Engine {
                 .register(&mut socket, Token(1 + i), Interest::READABLE)?;
             servers.push(UdpServer::new(socket));
         }
-        let entries = listeners
-            .iter()
-            .filter_map(|l| ConnEntry::listener(l, shared.started));
-        shared.conn_tables[id]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(entries);
+        shared.list_listeners(id, &listeners);
         // As many registered files as connections may be open (and closing), within the open
         // files limit the kernel holds the table to; connections beyond use their descriptor.
         let nofile = {
@@ -717,7 +710,9 @@ impl Engine {
         // Submitted now: the cancels must reach the kernel before the listeners close.
         let _ = self.ring.submit();
         self.listeners.clear();
-        self.conn_table().retain(|e| e.listen_addr.is_some());
+        self.shared
+            .conn_table(self.id)
+            .retain(|e| e.listen_addr.is_some());
         self.waiting.clear();
         let ops = Ops::new(&self.shared, self.id);
         let mut done = Vec::new();
@@ -748,16 +743,7 @@ impl Engine {
             self.shared.watchers.remove(id);
         }
         let fd = self.activity[idx].0;
-        log_conn_event(
-            &self.shared,
-            &conn.stream,
-            fd,
-            "conn_close",
-            " reason=normal",
-        );
-        self.conn_table().retain(|e| e.fd != fd);
-        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        self.shared.workers[self.id].metrics.conn_closed();
+        self.shared.unlist_client(self.id, &conn.stream, fd);
         // The ring lets go of the socket: its receive and send are cancelled and its
         // registered file closed, all in this turn's submit; the descriptor itself closes when
         // `conn` drops below. A send's bytes stay until its completion.
