@@ -4,18 +4,21 @@
 # `tern bench`, rounds alternated, medians and ratios printed. Each server runs with one worker
 # thread on core 0, the generator on core 1.
 #
-#   crates/tern-bench/scripts/path-limit.sh [ROUNDS] [SECONDS] [extra tern bench args...]
+#   [SHAPE="-c 50 -p 1 -r 20000"] crates/tern-bench/scripts/path-limit.sh [ROUNDS] [SECONDS] \
+#     [extra tern bench args...]
 #
-# Default workload: the README's headline (32 connections x pipeline 16, 80/20 get/set, 256 B
-# values, 100,000 keys). Extra args replace it piecewise (e.g. `-c 50 -p 1 -r 20000` for the
-# unpipelined, open-loop shape; a later flag wins). The responder answers gets with a value of
-# the size given by VALUE_BYTES (default 256), so keep it equal to `-v`.
+# Default workload: the README's headline (SHAPE "-c 32 -p 16": 32 connections x pipeline 16;
+# 80/20 get/set, 256 B values, 100,000 keys). SHAPE="-c 50 -p 1 -r 20000" is the unpipelined,
+# open-loop shape. Extra args are added to the tern bench command line (not ones it already
+# has: clap refuses a flag given twice). The responder answers gets with a value of the size
+# given by VALUE_BYTES (default 256).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-5}
 secs=${2:-5}
 shift $(( $# > 2 ? 2 : $# ))
 value_bytes=${VALUE_BYTES:-256}
+read -r -a shape <<< "${SHAPE:--c 32 -p 16}"
 
 cargo build --release -q -p tern
 cargo build --release -q -p tern-bench --example path_limit_responder
@@ -32,7 +35,7 @@ for round in $(seq "$rounds"); do
   preload=(); [ "$round" -gt 1 ] && preload=(--no-preload)
   for server in "responder:$r_port" "tern:$t_port" "memcached:$m_port"; do
     name=${server%%:*}; port=${server#*:}
-    taskset -c 1 "$target/tern" bench run -q --json -s "127.0.0.1:$port" -t 1 -c 32 -p 16 \
+    taskset -c 1 "$target/tern" bench run -q --json -s "127.0.0.1:$port" -t 1 "${shape[@]}" \
       -m get:8,set:2 -v "$value_bytes" -k 100000 --warmup 1s -d "${secs}s" "${preload[@]}" "$@" \
       2>/dev/null | python3 -c '
 import json, sys
