@@ -7,4 +7,5 @@ pub const KEY_MAX_LENGTH: usize = 250;
 pub mod ascii;
 pub mod binary;
 pub mod client;
+pub mod lookahead;
 pub mod meta;

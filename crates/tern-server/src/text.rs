@@ -20,6 +20,7 @@ pub fn serve(
     max_line: usize,
     out: &mut impl Replies,
 ) -> Progress {
+    read_ahead(ops, input);
     let mut progress = Progress::default();
     let mut served = 0;
     while progress.consumed < input.len() {
@@ -98,6 +99,23 @@ pub fn serve(
         }
     }
     progress
+}
+
+/// How many requests ahead a batch's gets are prefetched.
+const READ_AHEAD: usize = tern_store::PREFETCH_MAX;
+
+/// In a pipelined batch, starts loading the index buckets and items its next gets and sets
+/// will read, so their cache misses overlap (see `Store::prefetch`), when the store is too big
+/// for the caches. A lone request has nothing to overlap with and is left alone.
+fn read_ahead(ops: &Ops<'_>, input: &[u8]) {
+    if !ops.reads_ahead() {
+        return;
+    }
+    let mut keys: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
+    let (found, more) = tern_proto::lookahead::upcoming_keys(input, &mut keys);
+    if found > 1 || (found == 1 && more) {
+        ops.prefetch(&keys[..found]);
+    }
 }
 
 /// Runs one parsed command; `data` holds the bytes after its line.

@@ -216,3 +216,33 @@ fn a_client_that_sends_and_hangs_up_gets_its_replies_then_the_close() {
         .expect("the server closes after answering");
     assert_eq!(got, b"STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n");
 }
+
+#[test]
+fn a_store_big_enough_to_read_ahead_answers_the_whole_stream_the_same() {
+    // 40,000 items: past the size at which batches are read ahead (tern-store's prefetch.rs).
+    let server = ServerProcess::tern(&["-t", "1"]);
+    let mut c = server.connect();
+    for start in (0..40_000).step_by(1000) {
+        let mut burst = Vec::new();
+        for i in start..start + 1000 {
+            burst.extend_from_slice(
+                format!("set fill{i} {i} 0 4 noreply\r\nv{:03}\r\n", i % 1000).as_bytes(),
+            );
+        }
+        c.send(&burst);
+    }
+    c.expect(
+        b"get fill39999\r\n",
+        b"VALUE fill39999 39999 4\r\nv999\r\nEND\r\n",
+    );
+    let mut burst = STREAM.to_vec();
+    let mut want = REPLIES.to_vec();
+    for i in (0..40_000).step_by(997) {
+        burst.extend_from_slice(
+            format!("get fill{i}\r\nget fill{i} nothere fill{i}\r\n").as_bytes(),
+        );
+        let value = format!("VALUE fill{i} {i} 4\r\nv{:03}\r\n", i % 1000);
+        want.extend_from_slice(format!("{value}END\r\n{value}{value}END\r\n").as_bytes());
+    }
+    c.expect(&burst, &want);
+}

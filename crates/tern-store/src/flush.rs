@@ -76,6 +76,7 @@ impl Store {
         }
         let old = sh.index.bytes();
         sh.index.clear();
+        self.index_hints.refresh(sh);
         self.recharge_index(old, sh.index.bytes());
         sh.churn += 1;
         let c = &mut sh.counters;

@@ -39,6 +39,14 @@ pub(crate) struct Index {
     len: usize,
 }
 
+/// The bucket a tag's entry is placed in first, in a table of `buckets` buckets.
+pub(crate) fn home_bucket(tag: u32, buckets: usize) -> usize {
+    ((tag as u64 * buckets as u64) >> TAG_BITS) as usize
+}
+
+/// Bytes from one bucket to the next.
+pub(crate) const BUCKET_STRIDE: usize = std::mem::size_of::<Bucket>();
+
 fn tag_of(slot: u64) -> u32 {
     (slot >> LOC_BITS) as u32
 }
@@ -127,7 +135,13 @@ impl Index {
     }
 
     fn home(&self, tag: u32) -> usize {
-        ((tag as u64 * self.buckets.len() as u64) >> TAG_BITS) as usize
+        home_bucket(tag, self.buckets.len())
+    }
+
+    /// Where the table starts and how many buckets it has (for read-ahead without the lock:
+    /// see `IndexHints`).
+    pub(crate) fn table(&self) -> (*const u8, usize) {
+        (self.buckets.as_ptr().cast(), self.buckets.len())
     }
 
     fn next(&self, b: usize) -> usize {
@@ -156,6 +170,16 @@ impl Index {
             b = self.next(b);
         }
         None
+    }
+
+    /// The location of the first entry in `tag`'s home bucket with that tag, if any (a hint
+    /// for read-ahead: not checked against the key).
+    pub(crate) fn home_location(&self, tag: u32) -> Option<u64> {
+        let slots = &self.buckets[self.home(tag)].0;
+        slots
+            .iter()
+            .find(|&&slot| tag_of(slot) == tag)
+            .map(|&slot| slot & LOC_MASK)
     }
 
     pub(crate) fn location(&self, i: usize) -> u64 {

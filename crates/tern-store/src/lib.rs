@@ -46,6 +46,7 @@ mod item;
 mod memlimit;
 mod persist;
 mod pool;
+mod prefetch;
 mod read;
 mod runs;
 mod segments;
@@ -65,6 +66,7 @@ pub use dump::{DumpCursor, ItemMeta};
 pub use heap::PageKind;
 pub use memlimit::MemoryLimitError;
 pub use persist::{Opened, Restored};
+pub use prefetch::PREFETCH_MAX;
 pub use stats::StoreStats;
 pub use store::{EvictionObserver, Store};
 pub use types::{

@@ -396,6 +396,7 @@ impl Store {
         let old = sh.index.bytes();
         self.charge_restored_index(sh.index.reserved_bytes(state.live.len()));
         sh.index.reserve(state.live.len());
+        self.index_hints.refresh(sh);
         self.pool().uncharge_index(old);
         for &packed in &state.live {
             if packed >> crate::segments::OFFSET_BITS == 0 {

@@ -7,6 +7,7 @@ use crate::config::Geometry;
 use crate::flush::Flush;
 use crate::heap::{Heap, PageKind};
 use crate::pool::Pool;
+use crate::prefetch::IndexHints;
 use crate::segments::Segments;
 use crate::shard::{Padded, Shard};
 use crate::{Clock, Config, EvictedItem, StoreError};
@@ -19,6 +20,8 @@ pub struct Store {
     /// The seeds `hasher` was made from, saved with a memory file (`persist`).
     pub(crate) seeds: [u64; 4],
     pub(crate) shards: Box<[Padded<Mutex<Shard>>]>,
+    /// Where each shard's index table is, for read-ahead without its lock.
+    pub(crate) index_hints: IndexHints,
     pub(crate) segs: Segments,
     pub(crate) pool: Mutex<Pool>,
     pub(crate) flush: Flush,
@@ -89,6 +92,7 @@ impl Store {
             clock,
             hasher,
             seeds,
+            index_hints: IndexHints::new(shards.len()),
             shards,
         }
     }

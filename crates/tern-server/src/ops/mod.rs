@@ -82,6 +82,17 @@ impl<'a> Ops<'a> {
         &self.shared.store
     }
 
+    /// Whether the store is big enough for read-ahead to pay (see `Store::reads_ahead`).
+    #[inline]
+    pub fn reads_ahead(&self) -> bool {
+        self.store().reads_ahead()
+    }
+
+    /// Starts loading what gets and sets of `keys` will read (see `Store::prefetch`).
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        self.store().prefetch(keys);
+    }
+
     /// Records one request (one key of a retrieval): its outcome count, and a place in the
     /// latency batch the connection times once its replies are written.
     #[inline]
