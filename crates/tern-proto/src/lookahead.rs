@@ -5,7 +5,7 @@
 /// Fills `keys` with the keys of the `get <key>` and `set <key> <flags> <exptime> <bytes>`
 /// requests at the start of `input`, in order, and returns how many it found and whether any
 /// input is left after them. It stops at a line of another kind, at an incomplete request and
-/// when `keys` is full. A multi-key get gives its keys as one (a useless prefetch).
+/// when `keys` is full (inside a multi-key get, whose keys are given one by one).
 pub fn upcoming_keys<'a>(input: &'a [u8], keys: &mut [&'a [u8]]) -> (usize, bool) {
     let mut found = 0;
     let mut rest = input;
@@ -16,8 +16,19 @@ pub fn upcoming_keys<'a>(input: &'a [u8], keys: &mut [&'a [u8]]) -> (usize, bool
         let line = &rest[..eol];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let mut next = eol + 1;
-        let key = if let Some(key) = line.strip_prefix(b"get ") {
-            key
+        let key = if let Some(line_keys) = line.strip_prefix(b"get ") {
+            if next > rest.len() {
+                break;
+            }
+            for key in line_keys.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                if found == keys.len() {
+                    return (found, true);
+                }
+                keys[found] = key;
+                found += 1;
+            }
+            rest = &rest[next..];
+            continue;
         } else if let Some(args) = line.strip_prefix(b"set ") {
             let Some(key_end) = memchr::memchr(b' ', args) else {
                 break;
@@ -82,5 +93,22 @@ mod tests {
         assert_eq!(keys_of(b"set b 0 0 x\r\nab\r\n"), (vec![], true));
         let five = b"get a\r\nget b\r\nget c\r\nget d\r\nget e\r\n";
         assert_eq!(keys_of(five), (vec![&b"a"[..], b"b", b"c", b"d"], true));
+    }
+
+    #[test]
+    fn a_multi_key_get_gives_its_keys_one_by_one() {
+        let (keys, more) = keys_of(
+            b"get a  b
+get c d e
+",
+        );
+        assert_eq!((keys, more), (vec![&b"a"[..], b"b", b"c", b"d"], true));
+        assert_eq!(
+            keys_of(
+                b"get x y
+"
+            ),
+            (vec![&b"x"[..], b"y"], false)
+        );
     }
 }

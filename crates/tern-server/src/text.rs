@@ -118,6 +118,23 @@ fn read_ahead(ops: &Ops<'_>, input: &[u8]) {
     }
 }
 
+/// In a long multi-get, the next keys from `key` on (the serve loop's read-ahead covered the
+/// first ones). Not inlined: a one-key get, the common case, should not carry it.
+#[inline(never)]
+fn read_ahead_keys(ops: &Ops<'_>, key: &[u8], rest: Keys<'_>) {
+    if !ops.reads_ahead() {
+        return;
+    }
+    let mut ahead: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
+    let window = std::iter::once(key).chain(rest);
+    let n = ahead
+        .iter_mut()
+        .zip(window)
+        .map(|(slot, k)| *slot = k)
+        .count();
+    ops.prefetch(&ahead[..n]);
+}
+
 /// Runs one parsed command; `data` holds the bytes after its line.
 fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies) -> (Step, After) {
     let reply = |out: &mut Vec<u8>, noreply: bool, text: &[u8]| {
@@ -315,6 +332,9 @@ fn get(
             first_key = key.as_ptr() as usize;
         } else {
             out.between_keys();
+            if i % READ_AHEAD == 0 {
+                read_ahead_keys(ops, key, rest);
+            }
             if out.backlogged() {
                 // Nothing of this line has left yet, so a too-long key among the rest can
                 // still be answered as memcached does (the values queued dropped) before any

@@ -244,5 +244,20 @@ fn a_store_big_enough_to_read_ahead_answers_the_whole_stream_the_same() {
         let value = format!("VALUE fill{i} {i} 4\r\nv{:03}\r\n", i % 1000);
         want.extend_from_slice(format!("{value}END\r\n{value}{value}END\r\n").as_bytes());
     }
+    // A multi-get longer than the read-ahead's window, a missing key among its keys.
+    burst.extend_from_slice(b"get");
+    for i in 100..150 {
+        let name = if i == 120 {
+            "gone".to_string()
+        } else {
+            format!("fill{i}")
+        };
+        burst.extend_from_slice(format!(" {name}").as_bytes());
+        if i != 120 {
+            want.extend_from_slice(format!("VALUE fill{i} {i} 4\r\nv{i:03}\r\n").as_bytes());
+        }
+    }
+    burst.extend_from_slice(b"\r\n");
+    want.extend_from_slice(b"END\r\n");
     c.expect(&burst, &want);
 }
