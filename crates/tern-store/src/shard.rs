@@ -118,12 +118,17 @@ impl Store {
     /// moved through memory, and the header fields a caller does not use are never decoded.
     #[inline(always)]
     fn find_item(&self, sh: &Shard, key: Key) -> Option<Found> {
-        let (slot, (loc, hdr)) = sh.index.find(key.tag, |packed| {
-            let loc = Loc::unpack(packed);
-            let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
-            // The key first: its length and where it starts are all that takes.
-            item::has_key(item, key.bytes).then(|| (loc, item::parse(item)))
-        })?;
+        // Inlined too: returning a header from a call goes through memory.
+        let (slot, (loc, hdr)) = sh.index.find(
+            key.tag,
+            #[inline(always)]
+            |packed| {
+                let loc = Loc::unpack(packed);
+                let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
+                // The key first: its length and where it starts are all that takes.
+                item::has_key(item, key.bytes).then(|| (loc, item::parse(item)))
+            },
+        )?;
         Some(Found { slot, loc, hdr })
     }
 
