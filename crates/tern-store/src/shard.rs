@@ -140,10 +140,24 @@ impl Store {
             return Err(Miss::NotFound);
         };
         if crate::Expiry(found.hdr.expiry).is_expired_at(now) {
-            self.unlink(sh, found, Cause::Expired, true);
+            self.unlink_expired(sh, found.slot, found.loc);
             return Err(Miss::Expired);
         }
         Ok(found)
+    }
+
+    /// The item at index slot `slot` and place `loc`, its header read again: for the paths
+    /// off a read's hot one, which take slot and place alone so that the read's `Found` stays
+    /// in registers (one passed whole to a call was stored to memory on every read).
+    pub(crate) fn found_at(&self, sh: &Shard, slot: usize, loc: Loc) -> Found {
+        let hdr = item::parse(&self.segs.read(&sh.owner, loc.seg)[loc.off as usize..]);
+        Found { slot, loc, hdr }
+    }
+
+    #[cold]
+    fn unlink_expired(&self, sh: &mut Shard, slot: usize, loc: Loc) {
+        let found = self.found_at(sh, slot, loc);
+        self.unlink(sh, found, Cause::Expired, true);
     }
 
     /// The live item for `key`, if its CAS is `expected_cas` (when given).
