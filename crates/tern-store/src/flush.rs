@@ -55,15 +55,15 @@ impl Store {
     ) -> Result<(), Miss> {
         match self.flush.due(sh.flush_seq, now) {
             None => Ok(()),
-            Some(seq) => self.apply_flush(sh, key, seq),
+            Some(seq) => self.apply_flush(sh, key.as_ref(), seq),
         }
     }
 
     /// `catch_up_flush` once a flush is due: once per flush and shard, so kept out of the
     /// operations that check for one.
     #[cold]
-    fn apply_flush(&self, sh: &mut Shard, key: Option<Key>, seq: u32) -> Result<(), Miss> {
-        let had_key = key.is_some_and(|key| self.lookup(sh, key).is_some());
+    fn apply_flush(&self, sh: &mut Shard, key: Option<&Key>, seq: u32) -> Result<(), Miss> {
+        let had_key = key.is_some_and(|&key| self.lookup(sh, key).is_some());
         self.clear_shard(sh);
         sh.flush_seq = seq;
         if had_key {
