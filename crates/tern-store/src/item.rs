@@ -65,6 +65,10 @@ impl Header {
         (self.bits & HAS_EXPIRY != 0).then(|| self.len - 4)
     }
 
+    pub(crate) fn is_expired_at(&self, now: u32) -> bool {
+        crate::Expiry(self.expiry).is_expired_at(now)
+    }
+
     pub(crate) fn has(&self, bit: u8) -> bool {
         self.bits & bit != 0
     }

@@ -80,18 +80,30 @@ impl Store {
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
         self.catch_up_flush(sh, Some(key), now)?;
-        let found = self.live(sh, key, now)?;
-        let (loc, h) = match touch {
-            None => (found.loc, found.hdr),
-            Some(expiry) => self.set_expiry(sh, found.slot, found.loc, key, expiry.0, now)?,
+        // `live`, spelled out: the item's bytes found with it cannot leave a function that
+        // may unlink the item.
+        let (found, bytes) = self.find_item(sh, key).ok_or(Miss::NotFound)?;
+        if found.hdr.is_expired_at(now) {
+            self.unlink_expired(sh, found.slot, found.loc);
+            return Err(Miss::Expired);
+        }
+        let (loc, h, item) = match touch {
+            None => (found.loc, found.hdr, bytes),
+            Some(expiry) => {
+                let (loc, h) = self.set_expiry(sh, found.slot, found.loc, key, expiry.0, now)?;
+                (
+                    loc,
+                    h,
+                    &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..],
+                )
+            }
         };
         let created = get32(&self.segs.meta(loc.seg).created);
-        // The reader cannot keep the borrowed view: it ends with this function.
-        let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
         let mut marks = Marks {
             stale: h.has(item::STALE),
             win_sent: h.has(item::WIN_SENT),
         };
+        // The reader cannot keep the borrowed view: it ends with this function.
         let result = read(
             ItemView {
                 value: &item[h.value_range()],
@@ -117,15 +129,17 @@ impl Store {
         };
         let set = bump | mark(marks.stale, item::STALE) | mark(marks.win_sent, item::WIN_SENT);
         let clear = mark(!marks.stale, item::STALE) | mark(!marks.win_sent, item::WIN_SENT);
-        // Only write when something changes: repeated reads leave the cache line clean.
-        if (h.bits & !clear) | set != h.bits {
+        let access = if BUMP {
+            item::encode_age(now.saturating_sub(created))
+        } else {
+            h.access
+        };
+        // Only write when something changes: repeated reads leave the cache line clean, and
+        // skip finding the item's bytes again, for writing.
+        if (h.bits & !clear) | set != h.bits || access != h.access {
+            let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
             item::set_bits(item, set, clear);
-        }
-        if BUMP {
-            let access = item::encode_age(now.saturating_sub(created));
-            if access != h.access {
-                item::set_access(item, access);
-            }
+            item::set_access(item, access);
         }
         Ok(result)
     }

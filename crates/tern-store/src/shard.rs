@@ -111,35 +111,34 @@ impl Store {
 
     /// The item `key` maps to in this shard, expired or not.
     pub(crate) fn lookup(&self, sh: &Shard, key: Key) -> Option<Found> {
-        self.find_item(sh, key)
+        self.find_item(sh, key).map(|(found, _)| found)
     }
 
-    /// `lookup`, inlined into the reads and writes that start with it (`live`): nothing is
-    /// moved through memory, and the header fields a caller does not use are never decoded.
+    /// `lookup`, with the item's bytes (to its segment's end), inlined into the reads and
+    /// writes that start with it (`live`): nothing is moved through memory, and the header
+    /// fields a caller does not use are never decoded.
     #[inline(always)]
-    fn find_item(&self, sh: &Shard, key: Key) -> Option<Found> {
+    pub(crate) fn find_item<'s>(&'s self, sh: &'s Shard, key: Key) -> Option<(Found, &'s [u8])> {
         // Inlined too: returning a header from a call goes through memory.
-        let (slot, (loc, hdr)) = sh.index.find(
+        let (slot, (loc, hdr, item)) = sh.index.find(
             key.tag,
             #[inline(always)]
             |packed| {
                 let loc = Loc::unpack(packed);
                 let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
                 // The key first: its length and where it starts are all that takes.
-                item::has_key(item, key.bytes).then(|| (loc, item::parse(item)))
+                item::has_key(item, key.bytes).then(|| (loc, item::parse(item), item))
             },
         )?;
-        Some(Found { slot, loc, hdr })
+        Some((Found { slot, loc, hdr }, item))
     }
 
     /// The live item for `key`: an expired one is unlinked and reported. Inlined, so the
     /// `Found` never travels through memory (moving it cost a get ~50 instructions).
     #[inline(always)]
     pub(crate) fn live(&self, sh: &mut Shard, key: Key, now: UnixSecs) -> Result<Found, Miss> {
-        let Some(found) = self.find_item(sh, key) else {
-            return Err(Miss::NotFound);
-        };
-        if crate::Expiry(found.hdr.expiry).is_expired_at(now) {
+        let (found, _) = self.find_item(sh, key).ok_or(Miss::NotFound)?;
+        if found.hdr.is_expired_at(now) {
             self.unlink_expired(sh, found.slot, found.loc);
             return Err(Miss::Expired);
         }
@@ -155,7 +154,7 @@ impl Store {
     }
 
     #[cold]
-    fn unlink_expired(&self, sh: &mut Shard, slot: usize, loc: Loc) {
+    pub(crate) fn unlink_expired(&self, sh: &mut Shard, slot: usize, loc: Loc) {
         let found = self.found_at(sh, slot, loc);
         self.unlink(sh, found, Cause::Expired, true);
     }
