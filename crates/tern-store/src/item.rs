@@ -151,7 +151,7 @@ pub(crate) fn write(
 /// starts, all a lookup needs to compare keys before the rest of the header is decoded.
 #[inline(always)]
 pub(crate) fn parsed_len(item: &[u8]) -> usize {
-    let (bits, access) = (item[BITS], item[ACCESS]);
+    let [_, bits, access] = *item.first_chunk().expect("an item's first three bytes");
     VLEN + (bits & VLEN_WIDTH) as usize
         + 1
         + if bits & HAS_FLAGS != 0 { 4 } else { 0 }
@@ -162,7 +162,11 @@ pub(crate) fn parsed_len(item: &[u8]) -> usize {
 /// Whether the item at the start of `item` has the key `key`.
 #[inline(always)]
 pub(crate) fn has_key(item: &[u8], key: &[u8]) -> bool {
-    if item[0] as usize != key.len() {
+    // One bounds check for the three bytes `parsed_len` reads too.
+    let Some(&[key_len, _, _]) = item.first_chunk() else {
+        return false;
+    };
+    if key_len as usize != key.len() {
         return false;
     }
     let at = parsed_len(item);
