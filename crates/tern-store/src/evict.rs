@@ -121,7 +121,8 @@ impl Store {
         let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
         let hdr = item::parse(item);
         let tag = self.hash(hdr.key(item)).1.tag;
-        (hdr, sh.index.find(tag, |p| p == loc.pack()))
+        let slot = sh.index.find(tag, |p| (p == loc.pack()).then_some(()));
+        (hdr, slot.map(|(slot, ())| slot))
     }
 
     fn removal_cause(hdr: &Header, now: UnixSecs) -> Cause {

@@ -39,7 +39,11 @@ impl Flush {
     fn due(&self, applied: u32, now: UnixSecs) -> Option<u32> {
         let mark = self.mark.load(Relaxed);
         let (at, seq) = ((mark >> 32) as u32, mark as u32);
-        (seq != applied && at <= now).then_some(seq)
+        // One test while no flush is pending (this shard applied the latest).
+        if seq == applied {
+            return None;
+        }
+        (at <= now).then_some(seq)
     }
 }
 
@@ -53,10 +57,17 @@ impl Store {
         key: Option<Key>,
         now: UnixSecs,
     ) -> Result<(), Miss> {
-        let Some(seq) = self.flush.due(sh.flush_seq, now) else {
-            return Ok(());
-        };
-        let had_key = key.is_some_and(|key| self.lookup(sh, key).is_some());
+        match self.flush.due(sh.flush_seq, now) {
+            None => Ok(()),
+            Some(seq) => self.apply_flush(sh, key.as_ref(), seq),
+        }
+    }
+
+    /// `catch_up_flush` once a flush is due: once per flush and shard, so kept out of the
+    /// operations that check for one.
+    #[cold]
+    fn apply_flush(&self, sh: &mut Shard, key: Option<&Key>, seq: u32) -> Result<(), Miss> {
+        let had_key = key.is_some_and(|&key| self.lookup(sh, key).is_some());
         self.clear_shard(sh);
         sh.flush_seq = seq;
         if had_key {

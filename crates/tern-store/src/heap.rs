@@ -262,6 +262,21 @@ impl Heap {
         vec.iter().filter(|&&b| b & 1 != 0).count()
     }
 
+    /// Makes the heap read-only (or writable again), so a test can show an operation writes
+    /// nothing to it: a write would fault.
+    #[cfg(test)]
+    pub(crate) fn set_read_only(&self, read_only: bool) {
+        let prot = if read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        // SAFETY: changes the protection of our own mapping, whole; the caller holds no slice
+        // of it that it writes through while it is read-only.
+        let rc = unsafe { libc::mprotect(self.base.cast(), self.mapped, prot) };
+        assert_eq!(rc, 0);
+    }
+
     /// Asks for 4 KiB pages only, so a test's page counts do not depend on whether the
     /// machine backs anonymous memory with transparent huge pages.
     pub(crate) fn no_huge_pages(&self) {

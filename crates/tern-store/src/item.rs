@@ -65,6 +65,10 @@ impl Header {
         (self.bits & HAS_EXPIRY != 0).then(|| self.len - 4)
     }
 
+    pub(crate) fn is_expired_at(&self, now: u32) -> bool {
+        crate::Expiry(self.expiry).is_expired_at(now)
+    }
+
     pub(crate) fn has(&self, bit: u8) -> bool {
         self.bits & bit != 0
     }
@@ -143,34 +147,102 @@ pub(crate) fn write(
     buf[at..at + parts[1].len()].copy_from_slice(parts[1]);
 }
 
+/// Header bytes of the item at the start of `item`, from its first three bytes: where its key
+/// starts, all a lookup needs to compare keys before the rest of the header is decoded.
+#[inline(always)]
+pub(crate) fn parsed_len(item: &[u8]) -> usize {
+    let [_, bits, access] = *item.first_chunk().expect("an item's first three bytes");
+    VLEN + (bits & VLEN_WIDTH) as usize
+        + 1
+        + if bits & HAS_FLAGS != 0 { 4 } else { 0 }
+        + if access & HAS_CAS != 0 { 8 } else { 0 }
+        + if bits & HAS_EXPIRY != 0 { 4 } else { 0 }
+}
+
+/// Whether the item at the start of `item` has the key `key`.
+#[inline(always)]
+pub(crate) fn has_key(item: &[u8], key: &[u8]) -> bool {
+    // One bounds check for the three bytes `parsed_len` reads too.
+    let Some(&[key_len, _, _]) = item.first_chunk() else {
+        return false;
+    };
+    if key_len as usize != key.len() {
+        return false;
+    }
+    let at = parsed_len(item);
+    item.get(at..at + key.len())
+        .is_some_and(|stored| same_bytes(stored, key))
+}
+
+/// `a == b`, in 8-byte words: keys are short, and comparing them here costs less than a
+/// call to memcmp (a get's key of 12 bytes: two words).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    // The last word overlaps the one before when `n` is not a multiple of 8.
+    if n <= 16 {
+        return (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0;
+    }
+    let mut at = 0;
+    while at + 8 < n {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
+/// The header of the item at the start of `item`. Inlined: a read decodes only the fields
+/// it uses (a get never the kept CAS).
+#[inline(always)]
 pub(crate) fn parse(item: &[u8]) -> Header {
     let bits = item[BITS];
+    let access = item[ACCESS];
     let width = (bits & VLEN_WIDTH) as usize + 1;
-    let mut raw = [0u8; 4];
-    raw[..width].copy_from_slice(&item[VLEN..VLEN + width]);
+    let value_len = match item.get(VLEN..VLEN + 4) {
+        // Four bytes at once, the ones past the field masked off: no copy of 1-4 bytes.
+        Some(raw) => {
+            u32::from_le_bytes(raw.try_into().expect("4 bytes")) & (u32::MAX >> (32 - 8 * width))
+        }
+        // A short item at the very end of its segment.
+        None => {
+            let mut raw = [0u8; 4];
+            raw[..width].copy_from_slice(&item[VLEN..VLEN + width]);
+            u32::from_le_bytes(raw)
+        }
+    };
+    let field = |at: usize, bytes: usize| &item[at..at + bytes];
     let mut at = VLEN + width;
     let mut flags = 0;
     if bits & HAS_FLAGS != 0 {
-        flags = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
+        flags = u32::from_le_bytes(field(at, 4).try_into().expect("4 bytes"));
         at += 4;
     }
     let mut cas = None;
-    if item[ACCESS] & HAS_CAS != 0 {
+    if access & HAS_CAS != 0 {
         cas = Some(u64::from_le_bytes(
-            item[at..at + 8].try_into().expect("8 bytes"),
+            field(at, 8).try_into().expect("8 bytes"),
         ));
         at += 8;
     }
     let mut expiry = 0;
     if bits & HAS_EXPIRY != 0 {
-        expiry = u32::from_le_bytes(item[at..at + 4].try_into().expect("4 bytes"));
+        expiry = u32::from_le_bytes(field(at, 4).try_into().expect("4 bytes"));
         at += 4;
     }
     Header {
         bits,
-        access: item[ACCESS] & AGE_MASK,
+        access: access & AGE_MASK,
         key_len: item[0] as usize,
-        value_len: u32::from_le_bytes(raw) as usize,
+        value_len: value_len as usize,
         flags,
         expiry,
         cas,
@@ -181,17 +253,7 @@ pub(crate) fn parse(item: &[u8]) -> Header {
 /// `parse`, for bytes not known to hold an item (a restore): `None` unless the header and
 /// the key and value it announces lie within `item`, with a key of 1 to 250 bytes.
 pub(crate) fn parse_checked(item: &[u8]) -> Option<Header> {
-    if item.len() < VLEN + 1 {
-        return None;
-    }
-    let bits = item[BITS];
-    let header = VLEN
-        + (bits & VLEN_WIDTH) as usize
-        + 1
-        + if bits & HAS_FLAGS != 0 { 4 } else { 0 }
-        + if item[ACCESS] & HAS_CAS != 0 { 8 } else { 0 }
-        + if bits & HAS_EXPIRY != 0 { 4 } else { 0 };
-    if item.len() < header {
+    if item.len() < VLEN + 1 || item.len() < parsed_len(item) {
         return None;
     }
     let h = parse(item);
@@ -270,6 +332,37 @@ mod tests {
         }
         assert_eq!(item_size(10, 32, 0, false, false), 10 + 32 + 4);
         assert_eq!(encode_age(u32::MAX), 127);
+    }
+
+    #[test]
+    fn keys_compare_equal_only_when_every_byte_is() {
+        for len in 1..=40 {
+            let key: Vec<u8> = (0..len as u8).map(|i| b'a' + i % 26).collect();
+            // Every header shape, so the key is found after each.
+            let (flags, with_expiry, cas) = (len as u32 % 2 * 7, len % 3 == 0, len % 5 == 0);
+            let size = item_size(len, 3, flags, with_expiry, cas);
+            let mut buf = vec![0; size];
+            let expiry = if with_expiry { 99 } else { 0 };
+            let cas = cas.then_some(5);
+            write(
+                &mut buf,
+                &key,
+                flags,
+                expiry,
+                with_expiry,
+                cas,
+                [b"val", &[]],
+                0,
+                0,
+            );
+            assert!(has_key(&buf, &key));
+            assert!(!has_key(&buf, &key[..len - 1]));
+            for at in 0..len {
+                let mut other = key.clone();
+                other[at] ^= 0x20;
+                assert!(!has_key(&buf, &other), "{len} {at}");
+            }
+        }
     }
 
     #[test]

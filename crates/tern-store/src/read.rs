@@ -2,8 +2,8 @@
 //! hands a borrowed view of the item to the caller's closure under the shard's lock.
 
 use crate::item::{self, Header};
-use crate::segments::get32;
-use crate::shard::{Found, Key, Shard, Version};
+use crate::segments::{get32, Loc};
+use crate::shard::{Key, Shard, Version};
 use crate::store::Store;
 use crate::ttl::raise_max_expiry;
 use crate::types::CasSource;
@@ -12,7 +12,7 @@ use crate::{Expiry, ItemView, Marks, Miss, UnixSecs};
 impl Store {
     /// Looks `key` up and hands the item to `read`.
     pub fn get<R>(&self, key: &[u8], read: impl FnOnce(ItemView<'_>) -> R) -> Result<R, Miss> {
-        self.read_item::<true, _>(key, None, |item, _| read(item))
+        self.read_unmarked(key, None, read)
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -22,7 +22,19 @@ impl Store {
         expiry: Expiry,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        self.read_item::<true, _>(key, Some(expiry), |item, _| read(item))
+        self.read_unmarked(key, Some(expiry), read)
+    }
+
+    /// `get` and `get_and_touch` as one function, so a caller that picks one of them with the
+    /// same reader (as the server's text `get` and `gat` do) holds one copy of the read path.
+    #[inline]
+    fn read_unmarked<R>(
+        &self,
+        key: &[u8],
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Miss> {
+        self.read_item::<true, _>(key, touch, |item, _| read(item))
     }
 
     /// For the meta protocol: like `get`/`get_and_touch`, and `read` may change the item's
@@ -68,25 +80,37 @@ impl Store {
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
         self.catch_up_flush(sh, Some(key), now)?;
-        let mut found = self.live(sh, key, now)?;
-        if let Some(expiry) = touch {
-            found = self.set_expiry(sh, found, key, expiry.0, now)?;
+        // `live`, spelled out: the item's bytes found with it cannot leave a function that
+        // may unlink the item.
+        let (found, bytes) = self.find_item(sh, key).ok_or(Miss::NotFound)?;
+        if found.hdr.is_expired_at(now) {
+            self.unlink_expired(sh, found.slot, found.loc);
+            return Err(Miss::Expired);
         }
-        let created = get32(&self.segs.meta(found.loc.seg).created);
-        let h = found.hdr;
-        // The reader cannot keep the borrowed view: it ends with this function.
-        let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
+        let (loc, h, item) = match touch {
+            None => (found.loc, found.hdr, bytes),
+            Some(expiry) => {
+                let (loc, h) = self.set_expiry(sh, found.slot, found.loc, key, expiry.0, now)?;
+                (
+                    loc,
+                    h,
+                    &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..],
+                )
+            }
+        };
+        let created = get32(&self.segs.meta(loc.seg).created);
         let mut marks = Marks {
             stale: h.has(item::STALE),
             win_sent: h.has(item::WIN_SENT),
         };
+        // The reader cannot keep the borrowed view: it ends with this function.
         let result = read(
             ItemView {
                 value: &item[h.value_range()],
                 flags: h.flags,
                 cas: CasSource {
                     segs: &self.segs,
-                    loc: found.loc,
+                    loc,
                     kept: h.cas,
                 },
                 expiry: Expiry(h.expiry),
@@ -105,42 +129,44 @@ impl Store {
         };
         let set = bump | mark(marks.stale, item::STALE) | mark(marks.win_sent, item::WIN_SENT);
         let clear = mark(!marks.stale, item::STALE) | mark(!marks.win_sent, item::WIN_SENT);
-        // Only write when something changes: repeated reads leave the cache line clean.
-        if (h.bits & !clear) | set != h.bits {
+        let access = if BUMP {
+            item::encode_age(now.saturating_sub(created))
+        } else {
+            h.access
+        };
+        // Only write when something changes: repeated reads leave the cache line clean, and
+        // skip finding the item's bytes again, for writing.
+        if (h.bits & !clear) | set != h.bits || access != h.access {
+            let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
             item::set_bits(item, set, clear);
-        }
-        if BUMP {
-            let access = item::encode_age(now.saturating_sub(created));
-            if access != h.access {
-                item::set_access(item, access);
-            }
+            item::set_access(item, access);
         }
         Ok(result)
     }
 
     /// Gives an item a new deadline: in place when it has an expiry field, else by rewriting it
     /// with one (the one case besides merge where a value keeps its bytes but gets a new CAS).
+    /// Returns where the item is and its header now.
     pub(crate) fn set_expiry(
         &self,
         sh: &mut Shard,
-        found: Found,
+        slot: usize,
+        loc: Loc,
         key: Key,
         expiry: u32,
         now: UnixSecs,
-    ) -> Result<Found, Miss> {
+    ) -> Result<(Loc, Header), Miss> {
+        let found = self.found_at(sh, slot, loc);
         let h = found.hdr;
         if let Some(at) = h.expiry_at() {
             let field = found.loc.off as usize + at;
             self.segs.write(&mut sh.owner, found.loc.seg)[field..field + 4]
                 .copy_from_slice(&expiry.to_le_bytes());
             raise_max_expiry(self.segs.meta(found.loc.seg), expiry);
-            return Ok(Found {
-                hdr: Header { expiry, ..h },
-                ..found
-            });
+            return Ok((found.loc, Header { expiry, ..h }));
         }
         if expiry == 0 {
-            return Ok(found);
+            return Ok((found.loc, h));
         }
         let version = Version {
             flags: h.flags,
@@ -156,6 +182,7 @@ impl Store {
         // rather than served with the wrong deadline.
         self.rewrite(sh, key, found, version, now, Vec::extend_from_slice)
             .ok_or(Miss::NotFound)?;
-        self.lookup(sh, key).ok_or(Miss::NotFound)
+        let found = self.lookup(sh, key).ok_or(Miss::NotFound)?;
+        Ok((found.loc, found.hdr))
     }
 }

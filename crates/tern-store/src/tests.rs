@@ -26,6 +26,18 @@ fn set_then_get() {
 }
 
 #[test]
+fn a_get_that_changes_nothing_writes_nothing() {
+    let s = store();
+    s.store(StoreOp::Set, b"k", 3, Expiry::NEVER, b"v");
+    // The first get marks the item fetched; a second in the same second has nothing to change.
+    assert_eq!(get(&s, b"k"), Ok(b"v".to_vec()));
+    s.segs.heap().set_read_only(true);
+    let again = s.get(b"k", |item| (item.value.to_vec(), item.flags, item.fetched));
+    s.segs.heap().set_read_only(false);
+    assert_eq!(again, Ok((b"v".to_vec(), 3, true)));
+}
+
+#[test]
 fn items_expire_with_the_clock() {
     let s = store();
     s.store(StoreOp::Set, b"k", 0, Expiry::from_exptime(2, T0), b"v");

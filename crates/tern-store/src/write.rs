@@ -298,16 +298,16 @@ impl Store {
         // A large item stays in its run, whose epoch moves so the CAS changes (as for incr).
         // A small item within 4 bytes of the large-item size that gains a deadline cannot take
         // the expiry field by moving; it is touched and marked where it is and keeps its CAS.
-        let found = match expiry {
+        let (loc, h) = match expiry {
             Some(expiry) => self
-                .set_expiry(sh, found, key, expiry.0, now)
+                .set_expiry(sh, found.slot, found.loc, key, expiry.0, now)
                 .map_err(|_| Refused::NotFound)?,
-            None => found,
+            None => (found.loc, h),
         };
-        let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
+        let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
         item::set_bits(item, item::STALE, item::WIN_SENT);
-        if !self.fits_segment(found.hdr.size()) {
-            self.segs.renew_epoch(found.loc.seg);
+        if !self.fits_segment(h.size()) {
+            self.segs.renew_epoch(loc.seg);
         }
         Ok(())
     }
