@@ -378,22 +378,17 @@ impl<'a> Iterator for Keys<'a> {
 }
 
 /// The first space-separated token of `s` (empty if none) and what follows it.
-#[inline(always)]
+#[inline]
 fn split_token(s: &[u8]) -> (&[u8], &[u8]) {
-    // After the last key (a one-key get's only one), without a call.
-    if s.is_empty() {
-        return (s, s);
-    }
-    split_nonempty(s)
-}
-
-#[inline(never)]
-fn split_nonempty(s: &[u8]) -> (&[u8], &[u8]) {
     let Some(start) = s.iter().position(|&b| b != b' ') else {
         return (&s[s.len()..], &s[s.len()..]);
     };
     let s = &s[start..];
-    let end = memchr(b' ', s).unwrap_or(s.len());
+    let end = match search_head(s, |w| bytes_below(w ^ (ONES * u64::from(b' ')), 1)) {
+        Ok(end) => end,
+        Err(searched) if searched == s.len() => searched,
+        Err(searched) => memchr::memchr(b' ', &s[searched..]).map_or(s.len(), |i| searched + i),
+    };
     s.split_at(end)
 }
 
