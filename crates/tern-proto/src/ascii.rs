@@ -812,8 +812,9 @@ const VALUE_HEADER_ROOM: usize = 8 + 11 + 21 + 21 + 2 + 2;
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n<value>\r\n`.
 ///
 /// The hottest encoder (once per hit of a get), so it writes each piece straight into the spare
-/// capacity with fixed-size stores instead of a `memcpy` call per piece, and calls nothing but
-/// the value's copy (so little has to be saved across calls); docs/performance.md has the counts.
+/// capacity with fixed-size stores instead of a `memcpy` call per piece, and its common path
+/// calls nothing but the value's copy (growing the buffer and numbers of nine digits or more are
+/// out of line); docs/performance.md has the counts.
 #[inline]
 pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
     let room = VALUE_HEADER_ROOM + key.len() + value.len();
