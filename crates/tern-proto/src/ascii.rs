@@ -1492,6 +1492,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn keys_split_on_spaces_as_a_plain_split_does() {
+        let mut state = 0x5851_F42D_4C95_7F2Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..5_000 {
+            // Runs of spaces and tokens both short and past the searched head (`SHORT`).
+            let mut line = Vec::new();
+            for _ in 0..next() % 6 {
+                let spaces = [0, 1, 1, 2, 9, SHORT + 3][(next() % 6) as usize];
+                line.resize(line.len() + spaces, b' ');
+                let token = [1, 7, 8, 12, 17, SHORT - 1, SHORT, SHORT + 9][(next() % 8) as usize];
+                line.extend((0..token).map(|i| [b'k', b'\t', 0xff][(i + next() as usize) % 3]));
+            }
+            let plain: Vec<&[u8]> = line
+                .split(|&b| b == b' ')
+                .filter(|t| !t.is_empty())
+                .collect();
+            assert_eq!(keys(Keys::new(&line)), plain, "{line:?}");
+            assert_eq!(Keys::new(&line).is_empty(), plain.is_empty());
+        }
+    }
+
     /// `parse` with its one-key get path against the general path alone.
     fn parse_both_ways(buf: &[u8]) {
         let (fast, general) = (parse(buf, 4096), parse_from(buf, 4096, 0));
