@@ -171,7 +171,23 @@ pub enum Frame<'a> {
 
 /// Finds the first request line in `buf` and parses it. `max_line` bounds a get/gets line still
 /// waiting for its newline.
+#[inline(always)]
 pub fn parse(buf: &[u8], max_line: usize) -> Frame<'_> {
+    // A one-key get, the commonest line, is recognised in one scan, inlined into the caller;
+    // other lines go on from where it stopped (nothing before that is a newline or a NUL).
+    let mut searched = 0;
+    if let Some(rest) = buf.strip_prefix(b"get ") {
+        match one_key_get(rest) {
+            Ok(frame) => return frame,
+            Err(clean) => searched = 4 + clean,
+        }
+    }
+    parse_from(buf, max_line, searched)
+}
+
+/// [`parse`] once the first `searched` bytes of `buf` are known to hold no newline or NUL.
+#[inline(never)]
+fn parse_from(buf: &[u8], max_line: usize, searched: usize) -> Frame<'_> {
     let incomplete = || {
         if buf.len() > MAX_LINE_WITHOUT_NEWLINE && !may_grow_long(buf, max_line) {
             Frame::LineTooLong
@@ -180,7 +196,7 @@ pub fn parse(buf: &[u8], max_line: usize) -> Frame<'_> {
         }
     };
     // One pass finds the line's end and whether a NUL comes first.
-    let Some(end) = newline_or_nul(buf) else {
+    let Some(end) = newline_or_nul(&buf[searched..]).map(|i| searched + i) else {
         return incomplete();
     };
     let (line, newline) = if buf[end] == b'\n' {
@@ -202,42 +218,106 @@ pub fn parse(buf: &[u8], max_line: usize) -> Frame<'_> {
     }
 }
 
+/// `rest` follows `get `: a key of printable bytes then `\n` or `\r\n` is the whole line, as
+/// [`parse_line`] would split it. Otherwise `Err` with how many bytes at the front hold no
+/// newline or NUL.
+#[inline(always)]
+fn one_key_get(rest: &[u8]) -> Result<Frame<'_>, usize> {
+    // Space, newline, NUL, and the other control bytes (tab and `\r` belong to a key, but are
+    // rare enough to leave to the general path).
+    let Some(end) = first_below(b'!', rest) else {
+        return Err(0);
+    };
+    let consumed = match rest[end] {
+        b'\n' => end + 1,
+        b'\r' if rest.get(end + 1) == Some(&b'\n') => end + 2,
+        _ => return Err(end),
+    };
+    if end == 0 {
+        return Err(0);
+    }
+    Ok(Frame::Line {
+        consumed: 4 + consumed,
+        parsed: Ok(Command::Get {
+            keys: Keys::one(&rest[..end]),
+            with_cas: false,
+            touch: None,
+        }),
+    })
+}
+
 /// The index of the first `\n` or NUL in `buf`.
 #[inline]
 fn newline_or_nul(buf: &[u8]) -> Option<usize> {
     first_of(b'\n', 0, buf)
 }
 
-/// The index of the first `a` or `b` in `haystack`. Request lines and keys are short: eight
-/// bytes at a time in a `u64` (no set-up, unlike a SIMD search; measured with callgrind) for the
-/// first 128 bytes, then `memchr2` for long lines (big multi-gets).
-#[inline]
-fn first_of(a: u8, b: u8, haystack: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const SHORT: usize = 128;
-    // A byte's high bit is set where the byte is zero; bits above the first zero byte may be set
-    // wrongly (borrows), so only the lowest set bit is trusted.
-    let zero_bytes = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Request lines and keys are short: the searches below go eight bytes at a time in a `u64` (no
+/// set-up, unlike a SIMD search; measured with callgrind) over the first `SHORT` bytes.
+const SHORT: usize = 128;
+
+/// Sets the high bit of each byte of `word` below `limit` (at most 0x80). Bits above the first
+/// such byte may be set wrongly (borrows), so only the lowest set bit is trusted.
+#[inline(always)]
+fn bytes_below(word: u64, limit: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
+}
+
+/// The index of the first byte of `haystack` that `marks` (a [`bytes_below`] of the word) flags,
+/// among its first `SHORT` bytes; `Err` with how many bytes were searched when none is.
+#[inline(always)]
+fn search_head(haystack: &[u8], marks: impl Fn(u64) -> u64) -> Result<usize, usize> {
     let head = &haystack[..haystack.len().min(SHORT)];
     let mut chunks = head.chunks_exact(8);
     let mut offset = 0;
     for chunk in &mut chunks {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8-byte chunk"));
-        let found =
-            zero_bytes(word ^ (ONES * u64::from(a))) | zero_bytes(word ^ (ONES * u64::from(b)));
+        let found = marks(u64::from_le_bytes(chunk.try_into().expect("8-byte chunk")));
         if found != 0 {
-            return Some(offset + (found.trailing_zeros() / 8) as usize);
+            return Ok(offset + (found.trailing_zeros() / 8) as usize);
         }
         offset += 8;
     }
-    if let Some(i) = chunks.remainder().iter().position(|&c| c == a || c == b) {
-        return Some(offset + i);
+    let left = chunks.remainder().len();
+    if left != 0 {
+        if head.len() >= 8 {
+            // The last eight bytes again instead of a byte loop: the marks of those already
+            // searched (none of them a match, so they lend no borrow) are dropped.
+            let last = &head[head.len() - 8..];
+            let found = marks(u64::from_le_bytes(last.try_into().expect("8 bytes")))
+                & (u64::MAX << (8 * (8 - left)));
+            if found != 0 {
+                return Ok(head.len() - 8 + (found.trailing_zeros() / 8) as usize);
+            }
+        } else if let Some(i) = head.iter().position(|&b| marks(u64::from(b)) & 0x80 != 0) {
+            return Ok(i);
+        }
     }
-    if head.len() == haystack.len() {
+    Err(head.len())
+}
+
+/// The index of the first `a` or `b` in `haystack`: words over the head, then `memchr2` for long
+/// lines (big multi-gets).
+#[inline]
+fn first_of(a: u8, b: u8, haystack: &[u8]) -> Option<usize> {
+    let searched = match search_head(haystack, |w| {
+        bytes_below(w ^ (ONES * u64::from(a)), 1) | bytes_below(w ^ (ONES * u64::from(b)), 1)
+    }) {
+        Ok(i) => return Some(i),
+        Err(searched) => searched,
+    };
+    if searched == haystack.len() {
         return None;
     }
-    memchr::memchr2(a, b, &haystack[SHORT..]).map(|i| i + SHORT)
+    memchr::memchr2(a, b, &haystack[searched..]).map(|i| i + searched)
+}
+
+/// The index of the first byte below `limit` in the first `SHORT` bytes of `haystack`.
+#[inline(always)]
+fn first_below(limit: u8, haystack: &[u8]) -> Option<usize> {
+    search_head(haystack, |w| bytes_below(w, limit)).ok()
 }
 
 /// memcached lets only get/gets lines (after at most 100 leading spaces) run past 2048 bytes.
@@ -257,16 +337,29 @@ fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
 /// Space-separated tokens of part of a line (keys of a get, arguments of stats).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keys<'a> {
+    /// The next token, split off ahead (empty once none is left): a one-key get line hands its
+    /// key over already split, without a second scan.
+    next: &'a [u8],
     rest: &'a [u8],
 }
 
 impl<'a> Keys<'a> {
-    pub fn new(rest: &'a [u8]) -> Keys<'a> {
-        Keys { rest }
+    pub fn new(line: &'a [u8]) -> Keys<'a> {
+        let (next, rest) = split_token(line);
+        Keys { next, rest }
+    }
+
+    /// `token` alone: it holds no space and is not empty.
+    #[inline(always)]
+    fn one(token: &'a [u8]) -> Keys<'a> {
+        Keys {
+            next: token,
+            rest: &token[token.len()..],
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rest.iter().all(|&b| b == b' ')
+        self.next.is_empty()
     }
 }
 
@@ -275,12 +368,48 @@ impl<'a> Iterator for Keys<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        let start = self.rest.iter().position(|&b| b != b' ')?;
-        let rest = &self.rest[start..];
-        let end = memchr(b' ', rest).unwrap_or(rest.len());
-        self.rest = &rest[end..];
-        Some(&rest[..end])
+        if self.next.is_empty() {
+            return None;
+        }
+        let token = self.next;
+        (self.next, self.rest) = split_token(self.rest);
+        Some(token)
     }
+}
+
+/// The first space-separated token of `s` (empty if none) and what follows it.
+#[inline(always)]
+fn split_token(s: &[u8]) -> (&[u8], &[u8]) {
+    // After the last key (a one-key get's only one) this is all that runs in the caller.
+    if s.is_empty() {
+        return (s, s);
+    }
+    let (start, end) = token_bounds(s);
+    (&s[start..end], &s[end..])
+}
+
+/// Where the first token of a non-empty `s` starts and ends (both `s.len()` when there is none).
+/// Two indices come back in registers, and a long token's search is a tail call, so this saves
+/// no registers where it is not inlined.
+#[inline(never)]
+fn token_bounds(s: &[u8]) -> (usize, usize) {
+    let Some(start) = s.iter().position(|&b| b != b' ') else {
+        return (s.len(), s.len());
+    };
+    let token = &s[start..];
+    match search_head(token, |w| bytes_below(w ^ (ONES * u64::from(b' ')), 1)) {
+        Ok(end) => (start, start + end),
+        Err(searched) if searched == token.len() => (start, s.len()),
+        Err(searched) => long_token_bounds(s, start + searched, start),
+    }
+}
+
+/// [`token_bounds`] past the head it searched: from `searched` on, for the token at `start`.
+#[cold]
+#[inline(never)]
+fn long_token_bounds(s: &[u8], searched: usize, start: usize) -> (usize, usize) {
+    let end = memchr::memchr(b' ', &s[searched..]).map_or(s.len(), |i| searched + i);
+    (start, end)
 }
 
 /// The first tokens of a line, as memcached's tokenizer sees them: up to 23 tokens, then the
@@ -685,24 +814,242 @@ pub fn parse_i32(token: &[u8]) -> Option<i64> {
     Some(i64::from(value as i32))
 }
 
+/// The most bytes [`encode_value`] writes besides the key and the value: `VALUE ` as a word (8),
+/// ` ` and the flags (11), ` ` and the length (21), ` ` and the CAS (21), and two `\r\n`.
+const VALUE_HEADER_ROOM: usize = 8 + 11 + 21 + 21 + 2 + 2;
+
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n<value>\r\n`.
+///
+/// The hottest encoder (once per hit of a get), so it writes each piece straight into the spare
+/// capacity with fixed-size stores instead of a `memcpy` call per piece, and its common path
+/// calls nothing but the value's copy (growing the buffer and numbers of nine digits or more are
+/// out of line); docs/performance.md has the counts.
 #[inline]
 pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
-    let mut num = itoa::Buffer::new();
-    out.reserve(key.len() + value.len() + 48);
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(key);
-    out.push(b' ');
-    out.extend_from_slice(num.format(flags).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(num.format(value.len()).as_bytes());
-    if let Some(cas) = cas {
-        out.push(b' ');
-        out.extend_from_slice(num.format(cas).as_bytes());
+    let room = VALUE_HEADER_ROOM + key.len() + value.len();
+    if out.capacity() - out.len() < room {
+        return encode_value_after_growing(out, key, flags, value, cas);
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    let len = out.len();
+    // SAFETY: `out` has room for `room` bytes past `len`, and the pieces below write within it:
+    // each writes at the cursor at most its width (the word stores included) and moves the cursor
+    // by no more, and the widths (8, the key, 11, 21, 21, 2, the value, 2) sum to `room`. Every
+    // byte up to the final cursor is written before `set_len` exposes it.
+    unsafe {
+        let start = out.as_mut_ptr().add(len);
+        let mut at = put_word(start, u64::from_le_bytes(*b"VALUE \0\0"), 6);
+        at = put_bytes(at, key);
+        *at = b' ';
+        at = put_decimal(at.add(1), u64::from(flags));
+        *at = b' ';
+        at = put_decimal(at.add(1), value.len() as u64);
+        if let Some(cas) = cas {
+            *at = b' ';
+            at = put_decimal(at.add(1), cas);
+        }
+        at = put_crlf(at);
+        let end = put_crlf(at.add(value.len()));
+        let new_len = len + end.offset_from(start) as usize;
+        if value.len() > 32 {
+            std::ptr::copy_nonoverlapping(value.as_ptr(), at, value.len());
+        } else {
+            put_bytes(at, value);
+        }
+        out.set_len(new_len);
+    }
+}
+
+/// [`encode_value`] into a buffer that must grow first: out of line, so that the common path
+/// keeps no registers for a call to the allocator.
+#[cold]
+#[inline(never)]
+fn encode_value_after_growing(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    value: &[u8],
+    cas: Option<u64>,
+) {
+    out.reserve(VALUE_HEADER_ROOM + key.len() + value.len());
+    encode_value(out, key, flags, value, cas);
+}
+
+/// Stores the eight bytes of `word` (little-endian) at `at` and moves on by `advance` of them.
+///
+/// # Safety
+/// `at` must be valid for 8 bytes of writes.
+#[inline(always)]
+unsafe fn put_word(at: *mut u8, word: u64, advance: usize) -> *mut u8 {
+    // SAFETY: the caller's.
+    unsafe {
+        at.cast::<u64>().write_unaligned(word.to_le());
+        at.add(advance)
+    }
+}
+
+/// # Safety
+/// `at` must be valid for 2 bytes of writes.
+#[inline(always)]
+unsafe fn put_crlf(at: *mut u8) -> *mut u8 {
+    // SAFETY: the caller's.
+    unsafe {
+        at.cast::<[u8; 2]>().write_unaligned(*b"\r\n");
+        at.add(2)
+    }
+}
+
+/// Copies `src` (a key, digits, a small value) to `at` and moves past it, without a call: two
+/// overlapping loads and stores of one width cover any length from that width to twice it, and
+/// longer ones go 16 bytes at a time.
+///
+/// # Safety
+/// `at` must be valid for `src.len()` bytes of writes, not overlapping `src`.
+#[inline(always)]
+unsafe fn put_bytes(at: *mut u8, src: &[u8]) -> *mut u8 {
+    /// Copies `T` at `from` in `src` to the same place at `at`.
+    ///
+    /// # Safety
+    /// As `put_bytes`'s, and `from + size_of::<T>() <= src.len()`.
+    #[inline(always)]
+    unsafe fn copy_at<T: Copy>(at: *mut u8, src: &[u8], from: usize) {
+        // SAFETY: the read lies in `src`, the write in `at..at + src.len()`.
+        unsafe {
+            let word = src.as_ptr().add(from).cast::<T>().read_unaligned();
+            at.add(from).cast::<T>().write_unaligned(word);
+        }
+    }
+    let n = src.len();
+    // SAFETY: the caller's; every offset below leaves room for its width in `src`.
+    unsafe {
+        // Typical keys first.
+        if n >= 8 {
+            if n <= 16 {
+                copy_at::<u64>(at, src, 0);
+                copy_at::<u64>(at, src, n - 8);
+            } else {
+                let mut from = 0;
+                while from + 16 < n {
+                    copy_at::<u128>(at, src, from);
+                    from += 16;
+                }
+                copy_at::<u128>(at, src, n - 16);
+            }
+        } else if n >= 4 {
+            copy_at::<u32>(at, src, 0);
+            copy_at::<u32>(at, src, n - 4);
+        } else if n > 0 {
+            copy_at::<u8>(at, src, 0);
+            copy_at::<u8>(at, src, n / 2);
+            copy_at::<u8>(at, src, n - 1);
+        }
+        at.add(n)
+    }
+}
+
+/// Writes `n` in decimal at `at` and moves past it.
+///
+/// # Safety
+/// `at` must be valid for 20 bytes of writes.
+#[inline(always)]
+unsafe fn put_decimal(at: *mut u8, n: u64) -> *mut u8 {
+    // SAFETY (all of it): the caller's.
+    unsafe {
+        if n < 100 {
+            let n = n as usize;
+            if n < 10 {
+                *at = b'0' + n as u8;
+                return at.add(1);
+            }
+            return put_pair(at, n);
+        }
+        if n < 10_000 {
+            let (high, low) = (n as usize / 100, n as usize % 100);
+            if high < 10 {
+                *at = b'0' + high as u8;
+                return put_pair(at.add(1), low);
+            }
+            return put_pair(put_pair(at, high), low);
+        }
+    }
+    if n < E8 {
+        return unsafe { put_eight_digits(at, n) };
+    }
+    unsafe { put_long_decimal(at, n) }
+}
+
+const E8: u64 = 100_000_000;
+
+/// "00" to "99", padded to 128 pairs so that an index masked to 7 bits needs no bounds check.
+const DIGIT_PAIRS: [[u8; 2]; 128] = {
+    let mut pairs = [[0; 2]; 128];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
+
+/// Writes the two digits of `n` (below 100) at `at` and moves past them.
+///
+/// # Safety
+/// `at` must be valid for 2 bytes of writes.
+#[inline(always)]
+unsafe fn put_pair(at: *mut u8, n: usize) -> *mut u8 {
+    // SAFETY: the caller's.
+    unsafe {
+        at.cast::<[u8; 2]>().write_unaligned(DIGIT_PAIRS[n & 127]);
+        at.add(2)
+    }
+}
+
+/// [`put_decimal`] of `n` below 10^8 (and not 0), eight digits at once.
+///
+/// # Safety
+/// `at` must be valid for 8 bytes of writes.
+#[inline(always)]
+unsafe fn put_eight_digits(at: *mut u8, n: u64) -> *mut u8 {
+    let digits = eight_digits(n as u32);
+    let zeros = digits.trailing_zeros() / 8;
+    let ascii = (digits + ONES * u64::from(b'0')) >> (8 * zeros);
+    // SAFETY: the caller's.
+    unsafe { put_word(at, ascii, 8 - zeros as usize) }
+}
+
+/// [`put_decimal`] of `n` of nine digits or more (a CAS, a huge length): a head of up to 12
+/// digits, then eight zero-padded. Out of line, for the common path's registers.
+///
+/// # Safety
+/// `at` must be valid for 20 bytes of writes.
+#[cold]
+#[inline(never)]
+unsafe fn put_long_decimal(at: *mut u8, n: u64) -> *mut u8 {
+    let padded = |n: u64| eight_digits((n % E8) as u32) + ONES * u64::from(b'0');
+    let high = n / E8;
+    // SAFETY: the caller's; 20 digits at most in all.
+    unsafe {
+        let at = if high < E8 {
+            put_eight_digits(at, high)
+        } else {
+            put_word(put_eight_digits(at, high / E8), padded(high), 8)
+        };
+        put_word(at, padded(n), 8)
+    }
+}
+
+/// The eight decimal digits of `n` (below 10^8, zero-padded), one value 0..=9 per byte, the most
+/// significant in the lowest byte (first in memory). Lanes of one `u64` are split three times,
+/// by 10^4, 100 and 10, with multiply-and-shift divisions exact for these ranges.
+#[inline(always)]
+fn eight_digits(n: u32) -> u64 {
+    let (high, low) = (u64::from(n / 10_000), u64::from(n % 10_000));
+    // Two 32-bit lanes below 10^4: x * 10486 >> 20 is x / 100 there, and stays in its lane.
+    let fours = high | low << 32;
+    let hundreds = ((fours * 10_486) >> 20) & 0x0000_007F_0000_007F;
+    let pairs = hundreds | (fours - hundreds * 100) << 16;
+    // Four 16-bit lanes below 100: x * 103 >> 10 is x / 10 there.
+    let tens = ((pairs * 103) >> 10) & 0x000F_000F_000F_000F;
+    tens | (pairs - tens * 10) << 8
 }
 
 /// Appends a number and `\r\n` (the reply to incr/decr).
@@ -1125,6 +1472,116 @@ mod tests {
     }
 
     #[test]
+    fn control_byte_search_finds_the_first_within_its_head() {
+        // Bytes at and around the limit (`!`, 0x80 and above) are not below it.
+        let fillers = [b'!', b'k', 0x7f, 0x80, 0xa1, 0xff];
+        for len in 0..=SHORT + 9 {
+            for &filler in &fillers {
+                let mut buf = vec![filler; len];
+                assert_eq!(first_below(b'!', &buf), None, "len {len}");
+                for at in 0..len {
+                    for (byte, later) in [(b' ', b'\n'), (0, 0), (b'\x1f', b' '), (b'\r', 0x80)] {
+                        buf.fill(filler);
+                        buf[at] = byte;
+                        buf[at + 1..].fill(later);
+                        let want = (at < SHORT).then_some(at);
+                        assert_eq!(first_below(b'!', &buf), want, "len {len} at {at}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_split_on_spaces_as_a_plain_split_does() {
+        let mut state = 0x5851_F42D_4C95_7F2Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..5_000 {
+            // Runs of spaces and tokens both short and past the searched head (`SHORT`).
+            let mut line = Vec::new();
+            for _ in 0..next() % 6 {
+                let spaces = [0, 1, 1, 2, 9, SHORT + 3][(next() % 6) as usize];
+                line.resize(line.len() + spaces, b' ');
+                let token = [1, 7, 8, 12, 17, SHORT - 1, SHORT, SHORT + 9][(next() % 8) as usize];
+                line.extend((0..token).map(|i| [b'k', b'\t', 0xff][(i + next() as usize) % 3]));
+            }
+            let plain: Vec<&[u8]> = line
+                .split(|&b| b == b' ')
+                .filter(|t| !t.is_empty())
+                .collect();
+            assert_eq!(keys(Keys::new(&line)), plain, "{line:?}");
+            assert_eq!(Keys::new(&line).is_empty(), plain.is_empty());
+        }
+    }
+
+    /// `parse` with its one-key get path against the general path alone.
+    fn parse_both_ways(buf: &[u8]) {
+        let (fast, general) = (parse(buf, 4096), parse_from(buf, 4096, 0));
+        if let (
+            Frame::Line {
+                parsed: Ok(Command::Get { keys: a, .. }),
+                ..
+            },
+            Frame::Line {
+                parsed: Ok(Command::Get { keys: b, .. }),
+                ..
+            },
+        ) = (&fast, &general)
+        {
+            assert_eq!(keys(*a), keys(*b), "{buf:?}");
+        }
+        assert_eq!(fast, general, "{buf:?}");
+    }
+
+    #[test]
+    fn one_key_gets_parse_as_the_general_path_does() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"kK:9 \r\n\t\x00\x01\x1f!\x7f\x80\xff";
+        for _ in 0..200_000 {
+            let len = (next() % 40) as usize;
+            let mut buf = b"get ".to_vec();
+            buf.extend((0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]));
+            parse_both_ways(&buf);
+        }
+        for key_len in [
+            1, 7, 8, 9, 15, 16, 17, 120, 123, 124, 125, 200, 250, 251, 300,
+        ] {
+            let key = "k".repeat(key_len);
+            for line in [
+                format!("get {key}\r\n"),
+                format!("get {key}\n"),
+                format!("get {key}\r\nget k\r\n"),
+                format!("get {key} \r\n"),
+                format!("get {key}\r"),
+                format!("get {key}"),
+                format!("get {key}\0\r\n"),
+            ] {
+                parse_both_ways(line.as_bytes());
+            }
+        }
+        let Frame::Line { consumed, parsed } = parse(b"get key:1\r\nget x\r\n", 4096) else {
+            panic!()
+        };
+        assert_eq!(consumed, 11);
+        let Ok(Command::Get { keys: k, .. }) = parsed else {
+            panic!()
+        };
+        assert_eq!(k, Keys::new(b"key:1"));
+        assert_eq!(keys(k), [&b"key:1"[..]]);
+    }
+
+    #[test]
     fn a_nul_ends_the_line_but_not_the_frame() {
         let Frame::Line { consumed, parsed } = parse(b"get a\0 b\r\nversion\r\n", 1 << 20) else {
             panic!()
@@ -1182,5 +1639,79 @@ mod tests {
             out,
             b"VALUE k 3 2 9\r\nxy\r\nVALUE k 0 0\r\n\r\n42\r\nSTAT pid 7\r\n"
         );
+    }
+
+    /// `encode_value` appended to `out` against the same reply written with `format!`.
+    fn check_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
+        let before = out.clone();
+        encode_value(out, key, flags, value, cas);
+        let mut want = before;
+        want.extend_from_slice(b"VALUE ");
+        want.extend_from_slice(key);
+        want.extend_from_slice(format!(" {flags} {}", value.len()).as_bytes());
+        if let Some(cas) = cas {
+            want.extend_from_slice(format!(" {cas}").as_bytes());
+        }
+        want.extend_from_slice(b"\r\n");
+        want.extend_from_slice(value);
+        want.extend_from_slice(b"\r\n");
+        assert!(*out == want, "key {} flags {flags} cas {cas:?}", key.len());
+    }
+
+    #[test]
+    fn values_encode_byte_for_byte() {
+        // Every key length a key copy distinguishes, with distinct bytes so a misplaced one shows.
+        let long: Vec<u8> = (0..400u32).map(|i| b'!' + (i % 90) as u8).collect();
+        let mut out = Vec::new();
+        for len in 0..=300 {
+            check_value(&mut out, &long[..len], 0, b"v", None);
+            check_value(&mut out, b"k", 1, &long[7..7 + len], Some(len as u64));
+            out.clear();
+        }
+        let big = vec![b'v'; 100_001];
+        for value_len in [999, 1000, 9999, 10_000, 65_536, 100_001] {
+            check_value(&mut out, b"key", 7, &big[..value_len], None);
+        }
+        // Numbers at every width and its edges, through flags (u32) and CAS (u64).
+        let mut edges = vec![0, u64::from(u32::MAX), u64::MAX, u64::MAX - 1];
+        for digits in 1..=19 {
+            let power = 10u64.pow(digits);
+            edges.extend([power - 1, power, power + 1, power / 2 * 3]);
+        }
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            edges.push(state >> (state % 64));
+        }
+        for &n in &edges {
+            check_value(&mut out, b"key:1", n as u32, b"xy", Some(n));
+            // From an empty buffer, so that every size grows it first.
+            check_value(&mut Vec::new(), b"k", n as u32, b"", Some(n));
+            if out.len() > 1 << 16 {
+                out.clear();
+            }
+        }
+        for n in 0..100_000u32 {
+            check_value(&mut out, b"k", n, b"", Some(u64::from(n) * 1001));
+            if out.len() > 1 << 16 {
+                out.clear();
+            }
+        }
+    }
+
+    #[test]
+    fn values_fit_the_room_reserved_for_them() {
+        // Spare capacity of exactly the reservation, so no growth: the widest numbers, and keys
+        // and values around the copy widths. Run under valgrind a write past it is an error.
+        for len in [0, 1, 3, 4, 8, 16, 17, 32, 33, 250] {
+            let bytes = vec![b'b'; len];
+            for spare in [0, 1, 7] {
+                let mut out = Vec::with_capacity(spare + VALUE_HEADER_ROOM + 2 * len);
+                out.resize(spare, b'x');
+                check_value(&mut out, &bytes, u32::MAX, &bytes, Some(u64::MAX));
+            }
+        }
     }
 }
