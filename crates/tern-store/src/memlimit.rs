@@ -339,6 +339,27 @@ mod tests {
         assert!(stats.heap_used > stats.limit_maxbytes * 9 / 10, "{stats:?}");
     }
 
+    #[test]
+    fn a_large_item_taking_cold_segments_leaves_no_segment_warm_past_the_limit() {
+        let s = small_store(16 << 20, Eviction::Merge);
+        s.set_memory_limit(8 << 20).unwrap();
+        {
+            // Every segment the limit allows warmed, then every other one given back: free and
+            // warm, but no two of them side by side.
+            let mut pool = s.pool();
+            let room = pool.limit() - pool.index_segments();
+            let taken: Vec<u32> = (0..room).map(|_| pool.take().unwrap()).collect();
+            for &seg in taken.iter().step_by(2) {
+                pool.give(seg);
+            }
+            assert_eq!(pool.excess_warm(), 0);
+        }
+        // A run needs contiguous segments: it warms two cold ones.
+        let run = s.alloc_run(2).unwrap();
+        assert_eq!(s.pool().excess_warm(), 0);
+        s.free_run(run);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
         /// Any mix of sizes, deletes, flushes and limit changes keeps the index in its budget.

@@ -18,7 +18,9 @@ pub(crate) struct Run {
 
 impl Store {
     /// A run of `len` contiguous segments for a large item, evicting whatever holds a window of
-    /// the heap when no free run exists. Called without any shard lock held.
+    /// the heap when no free run exists. Called without any shard lock held. A run may warm
+    /// segments that were given back to the OS while free segments elsewhere stay warm (it needs
+    /// them contiguous), so once it has its run it gives back what is now warm past the limit.
     pub(crate) fn alloc_run(&self, len: usize) -> Option<Run> {
         if len > self.segs.count() {
             return None;
@@ -31,6 +33,8 @@ impl Store {
                     len,
                 };
                 self.segs.mark_pending_run(run.start, len);
+                drop(pool);
+                self.discard_excess_warm();
                 return Some(run);
             }
             if self.config.eviction == Eviction::None {
@@ -56,6 +60,8 @@ impl Store {
             pool.unclaim(start as usize, len);
             if window.clone().all(|seg| self.segs.is_free(seg)) {
                 self.segs.mark_pending_run(start, len);
+                drop(pool);
+                self.discard_excess_warm();
                 return Some(Run { start, len });
             }
             // Not emptied (cannot happen while claims hold); give back what is free and retry.
