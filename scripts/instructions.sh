@@ -9,6 +9,8 @@
 #
 #   scripts/instructions.sh [get|single|mix] [SHORT] [LONG]
 #   TERN=path/to/tern scripts/instructions.sh ...   (measure another build, e.g. a baseline)
+#   ONLY=tern scripts/instructions.sh ...           (tern alone; with scripts/fixed-seed-build.sh
+#                                                    two builds compare exactly)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-get}; short=${2:-200}; long=${3:-1200}
@@ -43,6 +45,10 @@ per_request() { # server command...
   awk -v a="$a" -v b="$b" -v n=$(( (long - short) * per_batch )) 'BEGIN{printf "%.0f", (b - a) / n}'
 }
 
-m=$(per_request memcached -u root -U 0 -t 1 -c 1024)
 t=$(per_request "$tern" serve -t 1)
+if [ "${ONLY:-}" = tern ]; then
+  echo "user-space instructions per request ($mode): tern $t"
+  exit 0
+fi
+m=$(per_request memcached -u root -U 0 -t 1 -c 1024)
 echo "user-space instructions per request ($mode): memcached $m, tern $t, ratio tern/memcached $(awk -v a="$t" -v b="$m" 'BEGIN{printf "%.2f", a/b}')"
