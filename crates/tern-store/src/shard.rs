@@ -361,8 +361,7 @@ impl Store {
                 parts,
                 keep_bits,
                 access,
-            );
-            item::parse(item)
+            )
         };
         // Making room may have evicted `old`, or moved it (merge).
         let old = if sh.churn == churn {
