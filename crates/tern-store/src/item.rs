@@ -124,7 +124,14 @@ pub(crate) fn write(
     let mut bits = (width as u8 - 1) | (keep_bits & STATE_BITS);
     buf[0] = key.len() as u8;
     buf[ACCESS] = (access & AGE_MASK) | if cas.is_some() { HAS_CAS } else { 0 };
-    buf[VLEN..VLEN + width].copy_from_slice(&(value_len as u32).to_le_bytes()[..width]);
+    let vlen = (value_len as u32).to_le_bytes();
+    if key.len() + value_len >= vlen.len() {
+        // All four bytes in one store, not a `memcpy` call of 1-4: those past the field lie
+        // within the item, and the fields, key and value written next cover them.
+        buf[VLEN..VLEN + 4].copy_from_slice(&vlen);
+    } else {
+        buf[VLEN..VLEN + width].copy_from_slice(&vlen[..width]);
+    }
     let mut at = VLEN + width;
     if flags != 0 {
         bits |= HAS_FLAGS;
@@ -146,7 +153,10 @@ pub(crate) fn write(
     at += key.len();
     buf[at..at + parts[0].len()].copy_from_slice(parts[0]);
     at += parts[0].len();
-    buf[at..at + parts[1].len()].copy_from_slice(parts[1]);
+    // Empty but for append and prepend: no `memcpy` call for nothing.
+    if !parts[1].is_empty() {
+        buf[at..at + parts[1].len()].copy_from_slice(parts[1]);
+    }
     Header {
         bits,
         access: access & AGE_MASK,
@@ -356,6 +366,14 @@ mod tests {
             set_access(&mut buf, 100);
             assert_eq!((parse(&buf).access, parse(&buf).cas), (100, cas));
             assert!(h.has(FETCHED));
+        }
+        // Items too short for the value length's four-byte store, at the very end of a buffer.
+        for value in [&b""[..], b"v", b"vv", b"vvv"] {
+            let size = item_size(1, value.len(), 0, false, false);
+            let mut buf = vec![0xee; size];
+            write(&mut buf, b"k", 0, 0, false, None, [value, &[]], 0, 0);
+            let h = parse(&buf);
+            assert_eq!((h.key(&buf), &buf[h.value_range()]), (&b"k"[..], value));
         }
         assert_eq!(item_size(10, 32, 0, false, false), 10 + 32 + 4);
         assert_eq!(encode_age(u32::MAX), 127);
