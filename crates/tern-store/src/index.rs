@@ -262,6 +262,14 @@ impl Index {
         }
     }
 
+    /// Points slot `i`, which holds `tag`, at `loc` instead: a new version of the same key takes
+    /// its older one's slot, with no removal and no search for a free one.
+    pub(crate) fn replace(&mut self, i: usize, tag: u32, loc: u64) {
+        let slot = &mut self.buckets[i / WAYS].0[i % WAYS];
+        debug_assert!(tag_of(*slot) == tag && loc != 0 && loc <= LOC_MASK);
+        *slot = ((tag as u64) << LOC_BITS) | loc;
+    }
+
     /// Clears slot `i`, and the overflow counts it had raised.
     pub(crate) fn remove(&mut self, i: usize) {
         let (at, w) = (i / WAYS, i % WAYS);

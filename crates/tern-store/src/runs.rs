@@ -118,8 +118,7 @@ impl Store {
                 value.parts(old_value),
                 0,
                 0,
-            );
-            item::parse(bytes)
+            )
         };
         let loc = Loc {
             seg: run.start,

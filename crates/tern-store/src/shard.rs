@@ -179,10 +179,14 @@ impl Store {
     /// Adds a freshly written item to the index under `tag`, replacing the key's older
     /// version `old` (looked up since the last eviction in this shard).
     pub(crate) fn link(&self, sh: &mut Shard, tag: u32, loc: Loc, hdr: Header, old: Option<Found>) {
-        if let Some(old) = old {
-            self.unlink(sh, old, Cause::Gone, true);
+        match old {
+            // The same key, so the same tag: the new version takes the old one's slot.
+            Some(old) => {
+                sh.index.replace(old.slot, tag, loc.pack());
+                self.forget(sh, old, Cause::Gone, true);
+            }
+            None => sh.index.insert(tag, loc.pack()),
         }
-        sh.index.insert(tag, loc.pack());
         let meta = self.segs.meta(loc.seg);
         set32(&meta.live, get32(&meta.live) + 1);
         raise_max_expiry(meta, hdr.expiry);
@@ -196,6 +200,11 @@ impl Store {
     /// left with no live item goes back to the pool.
     pub(crate) fn unlink(&self, sh: &mut Shard, found: Found, cause: Cause, free_empty: bool) {
         sh.index.remove(found.slot);
+        self.forget(sh, found, cause, free_empty);
+    }
+
+    /// `unlink` but for the index, which no longer points at the item.
+    fn forget(&self, sh: &mut Shard, found: Found, cause: Cause, free_empty: bool) {
         let meta = self.segs.meta(found.loc.seg);
         if let (Cause::Evicted, Some(observe)) = (cause, self.eviction_observer.get()) {
             let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
@@ -361,8 +370,7 @@ impl Store {
                 parts,
                 keep_bits,
                 access,
-            );
-            item::parse(item)
+            )
         };
         // Making room may have evicted `old`, or moved it (merge).
         let old = if sh.churn == churn {
