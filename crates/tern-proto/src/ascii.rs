@@ -1088,6 +1088,16 @@ pub fn encode_stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display)
 mod tests {
     use super::*;
 
+    /// A fixed-seed xorshift generator: reproducible inputs, no dependency.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     fn line(s: &str) -> Result<Command<'_>, Rejection> {
         parse_line(s.as_bytes())
     }
@@ -1391,14 +1401,7 @@ mod tests {
 
     #[test]
     fn arbitrary_bytes_never_panic_and_frames_stay_in_bounds() {
-        // A fixed-seed generator: reproducible, no dependency.
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         let alphabet = b"getsadcrpnilouvfh_0123456789 -+\r\n\t\x00\xffk";
         for _ in 0..20_000 {
             let len = (next() % 64) as usize;
@@ -1421,13 +1424,7 @@ mod tests {
 
     #[test]
     fn fast_paths_agree_with_the_tokenizer() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let alphabet = b"getsk \t0";
         let set_alphabet = b"k 0123456789-+\tnoreply";
         let (mut fast_gets, mut fast_sets) = (0, 0);
@@ -1534,13 +1531,7 @@ mod tests {
 
     #[test]
     fn keys_split_on_spaces_as_a_plain_split_does() {
-        let mut state = 0x5851_F42D_4C95_7F2Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x5851_F42D_4C95_7F2Du64);
         for _ in 0..5_000 {
             // Runs of spaces and tokens both short and past the searched head (`SHORT`).
             let mut line = Vec::new();
@@ -1580,13 +1571,7 @@ mod tests {
 
     #[test]
     fn one_key_gets_parse_as_the_general_path_does() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         let alphabet = b"kK:9 \r\n\t\x00\x01\x1f!\x7f\x80\xff";
         for _ in 0..200_000 {
             let len = (next() % 40) as usize;
