@@ -29,6 +29,19 @@ pub(crate) fn read_optional(root: &Path, rel: &str) -> Result<Option<String>> {
     }
 }
 
+/// A file of a thread's `/proc` directory, or `None` when the thread is gone: one that exits
+/// after its directory was listed leaves the file to fail with ENOENT or, once its files are
+/// opened, ESRCH.
+fn read_thread_file(root: &Path, rel: &str) -> Result<Option<String>> {
+    match read_text(root, rel) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            Ok(None)
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", root.join(rel).display())),
+    }
+}
+
 /// Names in a directory, or nothing when it does not exist.
 pub(crate) fn list_dir(dir: &Path) -> Result<Vec<String>> {
     match fs::read_dir(dir) {
@@ -441,8 +454,8 @@ pub fn read_threads(root: &Path, pid: u32) -> Result<Vec<ThreadInfo>> {
         let base = format!("proc/{pid}/task/{tid}");
         // A thread can exit between listing and reading: skip it rather than fail.
         let (Some(name), Some(status)) = (
-            read_optional(root, &format!("{base}/comm"))?,
-            read_optional(root, &format!("{base}/status"))?,
+            read_thread_file(root, &format!("{base}/comm"))?,
+            read_thread_file(root, &format!("{base}/status"))?,
         ) else {
             continue;
         };
