@@ -721,6 +721,19 @@ mod tests {
         Store::open_file(config, Arc::new(Clock::manual(now)), &file.0, saved).unwrap()
     }
 
+    /// A clean stop of `s` (its memory file synced, its metadata taken) and a start at `now`
+    /// that must restore it.
+    fn stop_and_restore(file: &TempFile, s: Store, now: UnixSecs) -> (Store, Restored) {
+        s.sync_file().unwrap();
+        let meta = s.snapshot_meta();
+        drop(s);
+        let (s, opened) = open(file, config(), now, Some(&meta));
+        let Opened::Restored(restored) = opened else {
+            panic!("not restored: {opened:?}");
+        };
+        (s, restored)
+    }
+
     /// Value, flags, CAS and deadline of `key`.
     fn read(s: &Store, key: &[u8]) -> Result<(Vec<u8>, u32, u64, Option<UnixSecs>), Miss> {
         s.get(key, |i| {
@@ -774,14 +787,7 @@ mod tests {
         }
         let large_before = read(&s, b"large").unwrap();
         let items = s.stats().curr_items;
-        s.sync_file().unwrap();
-        let meta = s.snapshot_meta();
-        drop(s);
-
-        let (s, opened) = open(&file, config(), T0 + 1, Some(&meta));
-        let Opened::Restored(restored) = opened else {
-            panic!("not restored: {opened:?}");
-        };
+        let (s, restored) = stop_and_restore(&file, s, T0 + 1);
         assert_eq!((restored.items, restored.expired), (items, 0));
         assert_eq!(restored.stopped_at, T0);
         assert_eq!(s.stats().curr_items, items);
@@ -806,13 +812,7 @@ mod tests {
         }
         let before = s.stats();
         assert!(before.evictions > 0, "{before:?}");
-        s.sync_file().unwrap();
-        let meta = s.snapshot_meta();
-        drop(s);
-        let (s, opened) = open(&file, config(), T0 + 1, Some(&meta));
-        let Opened::Restored(restored) = opened else {
-            panic!("not restored: {opened:?}");
-        };
+        let (s, restored) = stop_and_restore(&file, s, T0 + 1);
         let after = s.stats();
         // The rebuilt index may need a little more than the saved one: the oldest items make
         // room for it, so items and index fit the limit again.
@@ -834,13 +834,8 @@ mod tests {
         set(&s, b"short", 0, Expiry::from_exptime(5, T0), b"a");
         set(&s, b"long", 0, Expiry::from_exptime(100, T0), b"b");
         set(&s, b"never", 0, Expiry::NEVER, b"c");
-        let meta = s.snapshot_meta();
-        drop(s);
         // Ten seconds down: the 5 s item is gone, the 100 s one has 90 s left.
-        let (s, opened) = open(&file, config(), T0 + 10, Some(&meta));
-        let Opened::Restored(restored) = opened else {
-            panic!("not restored: {opened:?}");
-        };
+        let (s, restored) = stop_and_restore(&file, s, T0 + 10);
         assert_eq!((restored.items, restored.expired), (2, 1));
         assert_eq!(read(&s, b"short"), Err(Miss::NotFound));
         let deadline = read(&s, b"long").unwrap().3.unwrap();
