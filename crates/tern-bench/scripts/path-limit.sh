@@ -4,11 +4,12 @@
 # `tern bench`, rounds alternated, medians and ratios printed. Each server runs with one worker
 # thread on core 0, the generator on core 1.
 #
-#   [SHAPE="-c 50 -p 1 -r 20000"] crates/tern-bench/scripts/path-limit.sh [ROUNDS] [SECONDS] \
-#     [extra tern bench args...]
+#   [SHAPE="-c 50 -p 1 -r 20000"] [KEYS=10000] crates/tern-bench/scripts/path-limit.sh \
+#     [ROUNDS] [SECONDS] [extra tern bench args...]
 #
 # Default workload: the README's headline (SHAPE "-c 32 -p 16": 32 connections x pipeline 16;
-# 80/20 get/set, 256 B values, 100,000 keys). SHAPE="-c 50 -p 1 -r 20000" is the unpipelined,
+# 80/20 get/set, 256 B values, 100,000 keys; KEYS=10000 is tern bench's own default, whose
+# items stay in the caches). SHAPE="-c 50 -p 1 -r 20000" is the unpipelined,
 # open-loop shape. Extra args are added to the tern bench command line (not ones it already
 # has: clap refuses a flag given twice). The responder answers gets with a value of the size
 # given by VALUE_BYTES (default 256).
@@ -18,6 +19,7 @@ rounds=${1:-5}
 secs=${2:-5}
 shift $(( $# > 2 ? 2 : $# ))
 value_bytes=${VALUE_BYTES:-256}
+keys=${KEYS:-100000}
 read -r -a shape <<< "${SHAPE:--c 32 -p 16}"
 
 cargo build --release -q -p tern
@@ -36,7 +38,7 @@ for round in $(seq "$rounds"); do
   for server in "responder:$r_port" "tern:$t_port" "memcached:$m_port"; do
     name=${server%%:*}; port=${server#*:}
     taskset -c 1 "$target/tern" bench run -q --json -s "127.0.0.1:$port" -t 1 "${shape[@]}" \
-      -m get:8,set:2 -v "$value_bytes" -k 100000 --warmup 1s -d "${secs}s" "${preload[@]}" "$@" \
+      -m get:8,set:2 -v "$value_bytes" -k "$keys" --warmup 1s -d "${secs}s" "${preload[@]}" "$@" \
       2>/dev/null | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

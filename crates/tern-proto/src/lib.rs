@@ -9,3 +9,14 @@ pub mod binary;
 pub mod client;
 pub mod lookahead;
 pub mod meta;
+
+/// A fixed-seed xorshift generator for tests: reproducible inputs, no dependency.
+#[cfg(test)]
+pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}

@@ -5,12 +5,16 @@ whole batch and two runs differ only in how many batches they serve. With MODE `
 100 gets instead (the cost of a pipelined get alone); with MODE `single`, one get (unpipelined:
 every get is a wake-up, a read and a write of its own).
 
-usage: lockstep_client.py PORT BATCHES [mix|get|single]
+usage: [KEYS=N] lockstep_client.py PORT BATCHES [mix|get|single]
+
+KEYS (default 10,000) sets how many keys are preloaded and cycled through: 100,000 takes the
+store past its read-ahead floor, so a pipelined batch is read ahead.
 """
+import os
 import socket
 import sys
 
-KEYS = 10_000
+KEYS = int(os.environ.get("KEYS", "10000"))
 VALUE = b"v" * 256
 
 

@@ -44,7 +44,7 @@ impl Store {
     }
 
     fn evict_in_other(&self, other: usize, now: UnixSecs) -> bool {
-        let Ok(mut guard) = self.shards[other].0.try_lock() else {
+        let Some(mut guard) = self.shards[other].0.try_lock() else {
             return false;
         };
         self.evict_to_pool(&mut guard, now)

@@ -2,11 +2,12 @@
 //! its first operation once the deadline has come, so a flush never stops the world.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 use crate::segments::{get32, NO_SEGMENT};
 use crate::shard::{Key, Shard};
-use crate::store::{locked, Store};
+use crate::store::Store;
 use crate::ttl::GROUPS;
 use crate::{Miss, UnixSecs};
 
@@ -109,7 +110,7 @@ impl Store {
     /// Each shard is emptied by its first operation once the deadline has come (an immediate
     /// flush empties them all now).
     pub fn flush_all(&self, delay_secs: u32) {
-        let _serial = locked(&self.flush.serial);
+        let _serial = self.flush.serial.lock();
         let now = self.clock.now();
         // A flush already due must not be cancelled by the new mark.
         self.each_shard(now, |_| ());

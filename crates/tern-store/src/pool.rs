@@ -4,9 +4,9 @@
 //! the way it would in a full heap, and charges the shards' indexes to that limit: each
 //! segment's worth of index is one segment fewer that items may use (see `Store::grow_index`).
 
-use std::sync::MutexGuard;
+use parking_lot::MutexGuard;
 
-use crate::store::{locked, Store};
+use crate::store::Store;
 
 pub(crate) struct Pool {
     free: Vec<u64>,
@@ -276,7 +276,7 @@ impl Pool {
 
 impl Store {
     pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
-        locked(&self.pool)
+        self.pool.lock()
     }
 }
 

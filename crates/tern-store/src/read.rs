@@ -69,6 +69,7 @@ impl Store {
 
     /// A read; with `BUMP` (every read but meta's `u`) it marks the item fetched and recently
     /// read and updates its access time. A const parameter, so a plain get carries no test.
+    #[inline(always)]
     fn read_item<const BUMP: bool, R>(
         &self,
         key: &[u8],

@@ -1,14 +1,14 @@
 //! A shard: what its lock guards (index, TTL chains, counters), and the steps every command is
 //! made of: find an item, link or unlink one, reserve room for one, rewrite one.
 
+use parking_lot::MutexGuard;
 use std::collections::VecDeque;
-use std::sync::MutexGuard;
 
 use crate::index::{self, Index};
 use crate::item::{self, Header};
 use crate::segments::{get32, set32, Loc, Owner, NO_SEGMENT};
 use crate::stats::Counters;
-use crate::store::{locked, Store};
+use crate::store::Store;
 use crate::ttl::{group_of, raise_max_expiry, GROUPS};
 use crate::{Miss, Refused, UnixSecs};
 
@@ -106,7 +106,7 @@ impl Store {
 
     #[inline]
     pub(crate) fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
-        locked(&self.shards[shard].0)
+        self.shards[shard].0.lock()
     }
 
     /// The item `key` maps to in this shard, expired or not.

@@ -1,7 +1,9 @@
 //! The store itself: what it is made of, and how it is built from a `Config`.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 
 use crate::config::Geometry;
 use crate::flush::Flush;
@@ -33,14 +35,6 @@ pub struct Store {
 
 /// What `Store::observe_evictions` calls, under the evicting shard's lock.
 pub type EvictionObserver = Box<dyn Fn(EvictedItem<'_>) + Send + Sync>;
-
-/// Locks `mutex` even if a holder panicked: the store's locks guard nothing a panic can leave
-/// half-changed (a reader's closure, the only foreign code run under them, only borrows).
-pub(crate) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 impl Store {
     pub fn new(config: Config, clock: Arc<Clock>) -> Result<Store, StoreError> {
@@ -74,7 +68,7 @@ impl Store {
             .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
             .collect();
         let mut pool = Pool::new(geometry.segments, 1 << geometry.segment_shift);
-        pool.charge_index_anyway(shards.iter().map(|s| locked(&s.0).index.bytes()).sum());
+        pool.charge_index_anyway(shards.iter().map(|s| s.0.lock().index.bytes()).sum());
         Store {
             segs: Segments::new(
                 heap,

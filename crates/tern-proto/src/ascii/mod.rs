@@ -11,7 +11,7 @@ use crate::KEY_MAX_LENGTH;
 
 mod encode;
 mod number;
-mod scan;
+pub(crate) mod scan;
 
 pub use encode::{encode_number, encode_stat, encode_value};
 pub use number::{parse_i32, parse_u32, parse_u64};
@@ -289,6 +289,12 @@ impl<'a> Keys<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.next.is_empty()
+    }
+
+    /// The only token, when there is exactly one (a one-key get line).
+    #[inline]
+    pub fn only(&self) -> Option<&'a [u8]> {
+        (!self.next.is_empty() && self.rest.is_empty()).then_some(self.next)
     }
 }
 
@@ -681,17 +687,8 @@ pub fn data_block(buf: &[u8], bytes: usize) -> Option<Result<&[u8], ()>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xorshift;
     use scan::SHORT;
-
-    /// A fixed-seed xorshift generator: reproducible inputs, no dependency.
-    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
-        move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        }
-    }
 
     fn line(s: &str) -> Result<Command<'_>, Rejection> {
         parse_line(s.as_bytes())

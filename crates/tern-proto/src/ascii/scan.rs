@@ -71,12 +71,12 @@ pub(super) fn first_of(a: u8, b: u8, haystack: &[u8]) -> Option<usize> {
 
 /// The index of the first byte below `limit` in the first `SHORT` bytes of `haystack`.
 #[inline(always)]
-pub(super) fn first_below(limit: u8, haystack: &[u8]) -> Option<usize> {
+pub(crate) fn first_below(limit: u8, haystack: &[u8]) -> Option<usize> {
     search_head(haystack, |w| bytes_below(w, limit)).ok()
 }
 
 #[inline]
-pub(super) fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+pub(crate) fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     first_of(needle, needle, haystack)
 }
 
