@@ -78,6 +78,9 @@ pub(crate) struct Index {
     /// and they were placed after it). A search stops at a bucket whose count is 0.
     overflow: Box<[u8]>,
     len: usize,
+    /// The `len` at which the table is 85% full and wants rebuilding larger, computed once
+    /// per table so that the check before every insert is one comparison.
+    full_at: usize,
 }
 
 /// The bucket a tag's entry is placed in first, in a table of `buckets` buckets.
@@ -102,6 +105,8 @@ impl Index {
             buckets: vec![Bucket::default(); n].into_boxed_slice(),
             overflow: vec![0; n].into_boxed_slice(),
             len: 0,
+            // One more entry would take the table past 85%: (len + 1) * 20 > slots * 17.
+            full_at: n * WAYS * 17 / 20,
         }
     }
 
@@ -142,7 +147,7 @@ impl Index {
     /// Whether one more entry needs a larger table first (`grow`): past 85% full.
     #[inline]
     pub(crate) fn needs_room(&self) -> bool {
-        (self.len + 1) * 20 > self.buckets.len() * WAYS * 17
+        self.len >= self.full_at
     }
 
     /// Bytes of the table `grow` builds.
@@ -333,6 +338,18 @@ mod tests {
             index.grow();
         }
         index.insert(tag, loc);
+    }
+
+    #[test]
+    fn a_table_wants_room_past_85_percent() {
+        for buckets in [MIN_BUCKETS, 9, 10, 11, 12, 13, 100, 1001] {
+            let mut index = Index::with_buckets(buckets);
+            for len in 0..buckets * WAYS {
+                index.len = len;
+                let past = (len + 1) * 20 > buckets * WAYS * 17;
+                assert_eq!(index.needs_room(), past, "{buckets} buckets, {len} entries");
+            }
+        }
     }
 
     #[test]
