@@ -426,7 +426,7 @@ impl Store {
                 expired += 1;
                 continue;
             }
-            self.link(sh, key.tag, loc, hdr, None);
+            self.link(sh, key.tag, loc, hdr.footprint(), None);
             items += 1;
         }
         // Segments whose items all expired meanwhile go back to the pool now.

@@ -3,7 +3,7 @@
 
 use crate::item;
 use crate::segments::{get32, Loc};
-use crate::shard::{Key, Shard, Version};
+use crate::shard::{Footprint, Key, Shard, Version};
 use crate::store::Store;
 use crate::ttl::group_of;
 use crate::write::NewValue;
@@ -100,7 +100,7 @@ impl Store {
             self.segs.assign(seg, &sh.owner);
         }
         self.open_segment(sh, run.start, size, group_of(version.expiry, now), now);
-        let hdr = {
+        {
             let (old_value, bytes) = match value.joins() {
                 Some(old) => {
                     let (from, to) = self.segs.read_write(&mut sh.owner, old.loc.seg, run.start);
@@ -118,14 +118,19 @@ impl Store {
                 value.parts(old_value),
                 0,
                 0,
-            )
-        };
+            );
+        }
         let loc = Loc {
             seg: run.start,
             off: 0,
         };
         let old = self.lookup(sh, key);
-        self.link(sh, key.tag, loc, hdr, old);
+        let item = Footprint {
+            data_len: key.bytes.len() + value.len(),
+            size,
+            expiry: version.expiry,
+        };
+        self.link(sh, key.tag, loc, item, old);
         loc
     }
 }

@@ -73,6 +73,25 @@ pub(crate) struct Found {
     pub(crate) hdr: Header,
 }
 
+/// What linking an item counts of it: its key and value bytes, its whole size and its deadline
+/// (0 = never). Three words, where passing the whole header went through memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Footprint {
+    pub(crate) data_len: usize,
+    pub(crate) size: usize,
+    pub(crate) expiry: u32,
+}
+
+impl Header {
+    pub(crate) fn footprint(&self) -> Footprint {
+        Footprint {
+            data_len: self.key_len + self.value_len,
+            size: self.size(),
+            expiry: self.expiry,
+        }
+    }
+}
+
 /// Why an item leaves the index, for the counters.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cause {
@@ -177,8 +196,17 @@ impl Store {
     }
 
     /// Adds a freshly written item to the index under `tag`, replacing the key's older
-    /// version `old` (looked up since the last eviction in this shard).
-    pub(crate) fn link(&self, sh: &mut Shard, tag: u32, loc: Loc, hdr: Header, old: Option<Found>) {
+    /// version `old` (looked up since the last eviction in this shard). Inlined: `old` passed
+    /// to a call went through memory.
+    #[inline(always)]
+    pub(crate) fn link(
+        &self,
+        sh: &mut Shard,
+        tag: u32,
+        loc: Loc,
+        item: Footprint,
+        old: Option<Found>,
+    ) {
         match old {
             // The same key, so the same tag: the new version takes the old one's slot.
             Some(old) => {
@@ -189,11 +217,11 @@ impl Store {
         }
         let meta = self.segs.meta(loc.seg);
         set32(&meta.live, get32(&meta.live) + 1);
-        raise_max_expiry(meta, hdr.expiry);
+        raise_max_expiry(meta, item.expiry);
         let c = &mut sh.counters;
         c.curr_items += 1;
-        c.bytes += (hdr.key_len + hdr.value_len) as u64;
-        c.item_bytes += hdr.size() as u64;
+        c.bytes += item.data_len as u64;
+        c.item_bytes += item.size as u64;
     }
 
     /// Removes an item from the index and the counters. With `free_empty`, a sealed segment
@@ -357,7 +385,7 @@ impl Store {
         debug_assert!(self.fits_segment(size));
         let loc = self.reserve(sh, size, group_of(expiry, now), now)?;
         let created = get32(&self.segs.meta(loc.seg).created);
-        let hdr = {
+        {
             let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
             let access = item::encode_age(now.saturating_sub(created));
             item::write(
@@ -370,15 +398,20 @@ impl Store {
                 parts,
                 keep_bits,
                 access,
-            )
-        };
+            );
+        }
         // Making room may have evicted `old`, or moved it (merge).
         let old = if sh.churn == churn {
             old
         } else {
             self.lookup(sh, key)
         };
-        self.link(sh, key.tag, loc, hdr, old);
+        let item = Footprint {
+            data_len: key.bytes.len() + value_len,
+            size,
+            expiry,
+        };
+        self.link(sh, key.tag, loc, item, old);
         Some(loc)
     }
 
