@@ -204,24 +204,32 @@ impl Store {
         sh: &mut Shard,
         tag: u32,
         loc: Loc,
-        item: Footprint,
+        written: Footprint,
         old: Option<Found>,
     ) {
         match old {
             // The same key, so the same tag: the new version takes the old one's slot.
             Some(old) => {
                 sh.index.replace(old.slot, tag, loc.pack());
-                self.forget(sh, old, Cause::Gone, true);
+                let fetched = old.hdr.has(item::FETCHED);
+                self.uncount(
+                    sh,
+                    old.loc.seg,
+                    old.hdr.footprint(),
+                    fetched,
+                    Cause::Gone,
+                    true,
+                );
             }
             None => sh.index.insert(tag, loc.pack()),
         }
         let meta = self.segs.meta(loc.seg);
         set32(&meta.live, get32(&meta.live) + 1);
-        raise_max_expiry(meta, item.expiry);
+        raise_max_expiry(meta, written.expiry);
         let c = &mut sh.counters;
         c.curr_items += 1;
-        c.bytes += item.data_len as u64;
-        c.item_bytes += item.size as u64;
+        c.bytes += written.data_len as u64;
+        c.item_bytes += written.size as u64;
     }
 
     /// Removes an item from the index and the counters. With `free_empty`, a sealed segment
@@ -233,8 +241,8 @@ impl Store {
 
     /// `unlink` but for the index, which no longer points at the item.
     fn forget(&self, sh: &mut Shard, found: Found, cause: Cause, free_empty: bool) {
-        let meta = self.segs.meta(found.loc.seg);
         if let (Cause::Evicted, Some(observe)) = (cause, self.eviction_observer.get()) {
+            let meta = self.segs.meta(found.loc.seg);
             let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
             let h = found.hdr;
             observe(crate::EvictedItem {
@@ -244,14 +252,37 @@ impl Store {
                 last_access: get32(&meta.created) + item::decode_age(h.access),
             });
         }
+        let fetched = found.hdr.has(item::FETCHED);
+        self.uncount(
+            sh,
+            found.loc.seg,
+            found.hdr.footprint(),
+            fetched,
+            cause,
+            free_empty,
+        );
+    }
+
+    /// `forget` but for the eviction observer, from what a replaced item's header gives.
+    /// Inlined into `link`: a replacing set reads no more of the old header than this.
+    #[inline(always)]
+    fn uncount(
+        &self,
+        sh: &mut Shard,
+        seg: u32,
+        item: Footprint,
+        fetched: bool,
+        cause: Cause,
+        free_empty: bool,
+    ) {
+        let meta = self.segs.meta(seg);
         let live = get32(&meta.live) - 1;
         set32(&meta.live, live);
-        let h = found.hdr;
         let c = &mut sh.counters;
         c.curr_items -= 1;
-        c.bytes -= (h.key_len + h.value_len) as u64;
-        c.item_bytes -= h.size() as u64;
-        let unfetched = !h.has(item::FETCHED) as u64;
+        c.bytes -= item.data_len as u64;
+        c.item_bytes -= item.size as u64;
+        let unfetched = !fetched as u64;
         match cause {
             Cause::Gone => {}
             Cause::Evicted => {
@@ -263,7 +294,6 @@ impl Store {
                 c.expired_unfetched += unfetched;
             }
         }
-        let seg = found.loc.seg;
         if free_empty && live == 0 && sh.active[get32(&meta.group) as usize] != seg {
             self.drop_segment(sh, seg);
             self.release(sh, false);
