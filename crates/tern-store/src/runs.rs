@@ -3,7 +3,7 @@
 
 use crate::item;
 use crate::segments::{get32, Loc};
-use crate::shard::{Footprint, Key, Shard, Version};
+use crate::shard::{Footprint, Key, Replaced, Shard, Version};
 use crate::store::Store;
 use crate::ttl::group_of;
 use crate::write::NewValue;
@@ -124,7 +124,7 @@ impl Store {
             seg: run.start,
             off: 0,
         };
-        let old = self.lookup(sh, key);
+        let old = self.lookup(sh, key).map(Replaced::of);
         let item = Footprint {
             data_len: key.bytes.len() + value.len(),
             size,

@@ -82,7 +82,31 @@ pub(crate) struct Footprint {
     pub(crate) expiry: u32,
 }
 
+/// What replacing an item needs of it: its index slot, its segment, its footprint and its
+/// fetched mark. Taken from a `Found` before a write makes room, so that the `Found` a set
+/// looked up is never merged whole with one looked up again (which stored all its fields).
+#[derive(Clone, Copy)]
+pub(crate) struct Replaced {
+    slot: usize,
+    seg: u32,
+    footprint: Footprint,
+    fetched: bool,
+}
+
+impl Replaced {
+    #[inline(always)]
+    pub(crate) fn of(found: Found) -> Replaced {
+        Replaced {
+            slot: found.slot,
+            seg: found.loc.seg,
+            footprint: found.hdr.footprint(),
+            fetched: found.hdr.has(item::FETCHED),
+        }
+    }
+}
+
 impl Header {
+    #[inline(always)]
     pub(crate) fn footprint(&self) -> Footprint {
         Footprint {
             data_len: self.key_len + self.value_len,
@@ -205,21 +229,13 @@ impl Store {
         tag: u32,
         loc: Loc,
         written: Footprint,
-        old: Option<Found>,
+        old: Option<Replaced>,
     ) {
         match old {
             // The same key, so the same tag: the new version takes the old one's slot.
             Some(old) => {
                 sh.index.replace(old.slot, tag, loc.pack());
-                let fetched = old.hdr.has(item::FETCHED);
-                self.uncount(
-                    sh,
-                    old.loc.seg,
-                    old.hdr.footprint(),
-                    fetched,
-                    Cause::Gone,
-                    true,
-                );
+                self.uncount(sh, old.seg, old.footprint, old.fetched, Cause::Gone, true);
             }
             None => sh.index.insert(tag, loc.pack()),
         }
@@ -398,6 +414,7 @@ impl Store {
         now: UnixSecs,
     ) -> Option<Loc> {
         let churn = sh.churn;
+        let old = old.map(Replaced::of);
         let Version {
             flags,
             expiry,
@@ -434,7 +451,7 @@ impl Store {
         let old = if sh.churn == churn {
             old
         } else {
-            self.lookup(sh, key)
+            self.lookup(sh, key).map(Replaced::of)
         };
         let item = Footprint {
             data_len: key.bytes.len() + value_len,
