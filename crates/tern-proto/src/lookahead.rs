@@ -166,7 +166,7 @@ get c d e
     #[test]
     fn random_batches_cut_anywhere_give_the_keys_the_parser_sees() {
         let mut next = xorshift(0x1234_5678_9ABC_DEF1);
-        let mut word = |next: &mut dyn FnMut() -> u64, max: u64| {
+        let word = |next: &mut dyn FnMut() -> u64, max: u64| {
             let len = 1 + next() % max;
             (0..len)
                 .map(|_| b'!' + (next() % 94) as u8)
