@@ -105,12 +105,9 @@ pub fn serve(
 const READ_AHEAD: usize = tern_store::PREFETCH_MAX;
 
 /// In a pipelined batch, starts loading the index buckets and items its next gets and sets
-/// will read, so their cache misses overlap (see `Store::prefetch`), when the store is too big
-/// for the caches. A lone request has nothing to overlap with and is left alone.
+/// will read, so their cache misses overlap (see `Store::prefetch`). A lone request has
+/// nothing to overlap with and is left alone.
 fn read_ahead(ops: &Ops<'_>, input: &[u8]) {
-    if !ops.reads_ahead() {
-        return;
-    }
     let mut keys: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
     let (found, more) = tern_proto::lookahead::upcoming_keys(input, &mut keys);
     if found > 1 || (found == 1 && more) {
@@ -122,9 +119,6 @@ fn read_ahead(ops: &Ops<'_>, input: &[u8]) {
 /// first ones). Not inlined: a one-key get, the common case, should not carry it.
 #[inline(never)]
 fn read_ahead_keys(ops: &Ops<'_>, key: &[u8], rest: Keys<'_>) {
-    if !ops.reads_ahead() {
-        return;
-    }
     let mut ahead: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
     let window = std::iter::once(key).chain(rest);
     let n = ahead

@@ -218,8 +218,9 @@ fn a_client_that_sends_and_hangs_up_gets_its_replies_then_the_close() {
 }
 
 #[test]
-fn a_store_big_enough_to_read_ahead_answers_the_whole_stream_the_same() {
-    // 40,000 items: past the size at which batches are read ahead (tern-store's prefetch.rs).
+fn a_big_store_read_ahead_answers_the_whole_stream_the_same() {
+    // 40,000 items: the index is rebuilt several times as it fills, and every pipelined batch
+    // is read ahead from it (tern-store's prefetch.rs).
     let server = ServerProcess::tern(&["-t", "1"]);
     let mut c = server.connect();
     for start in (0..40_000).step_by(1000) {

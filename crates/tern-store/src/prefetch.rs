@@ -5,9 +5,11 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::index::{self, BUCKET_STRIDE};
 use crate::segments::Loc;
-use crate::shard::{Key, Shard};
+use crate::shard::{Key, Padded, Shard};
 use crate::Store;
 
 /// The most keys one `prefetch` call looks at.
@@ -24,15 +26,14 @@ struct Hint {
     buckets: AtomicUsize,
 }
 
-/// Below this many index buckets in all (about 26,000 items), items and index mostly stay in
-/// the caches and read-ahead costs more than it saves: without this floor, `examples/
-/// read_ahead.rs` measured a get over 1,000 keys at 1.20x the CPU, over 10,000 at 0.96x, over
-/// 100,000 at 0.48x.
-const READ_AHEAD_MIN_BUCKETS: usize = 4096;
-
 impl IndexHints {
-    pub(crate) fn new(shards: usize) -> IndexHints {
-        IndexHints((0..shards).map(|_| Hint::default()).collect())
+    /// Hints naming each shard's first index table.
+    pub(crate) fn new(shards: &[Padded<Mutex<Shard>>]) -> IndexHints {
+        let hints = IndexHints(shards.iter().map(|_| Hint::default()).collect());
+        for shard in shards {
+            hints.refresh(&shard.0.lock());
+        }
+        hints
     }
 
     /// Records where `sh`'s index table is now (after a rebuild, under the shard's lock).
@@ -45,19 +46,12 @@ impl IndexHints {
 }
 
 impl Store {
-    /// Whether read-ahead pays: the store is too big for the caches (shard 0's index stands for
-    /// all: keys spread evenly over the shards).
-    #[inline]
-    pub fn reads_ahead(&self) -> bool {
-        let buckets = self.index_hints.0[0].buckets.load(Ordering::Relaxed);
-        buckets * self.shards.len() >= READ_AHEAD_MIN_BUCKETS
-    }
-
     /// Starts loading what gets or sets of `keys` (at most [`PREFETCH_MAX`] are looked at) will
     /// read: first every home index bucket, from the hints, without locks; then, shard lock by
     /// shard lock, the first 256 bytes of the item each bucket holds under the key's tag (not
-    /// checked against the key: a tag collision only loads useless lines). Worth it only when
-    /// [`Store::reads_ahead`].
+    /// checked against the key: a tag collision only loads useless lines). It pays for a store of
+    /// any size in the server, whose kernel network path evicts the caches between batches: at
+    /// 1,000 keys too (see docs/performance.md, "Read-ahead for every pipelined batch").
     pub fn prefetch(&self, keys: &[&[u8]]) {
         let keys = &keys[..keys.len().min(PREFETCH_MAX)];
         let mut hashed = [(0, Key { bytes: &[], tag: 0 }); PREFETCH_MAX];
@@ -103,6 +97,7 @@ fn prefetch_line(at: *const u8) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use crate::{Clock, Config, Expiry, Store, StoreOp};
@@ -111,19 +106,30 @@ mod tests {
         format!("key:{i:08}").into_bytes()
     }
 
-    #[test]
-    fn read_ahead_starts_once_the_store_outgrows_the_caches_and_stops_after_a_flush() {
-        let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
-        let mut stored = 0;
-        while !store.reads_ahead() {
-            assert!(stored < 100_000, "read-ahead never started");
-            store.store(StoreOp::Set, &key(stored), 0, Expiry::NEVER, b"v");
-            stored += 1;
+    /// Read-ahead trusts each shard's hint to name its index table as it is now: the hints
+    /// follow the tables through every rebuild (growth and a flush here).
+    fn assert_hints_follow_the_index(store: &Store) {
+        for (shard, hint) in store.index_hints.0.iter().enumerate() {
+            let guard = store.lock(shard);
+            let (table, buckets) = guard.index.table();
+            assert_eq!(hint.table.load(Ordering::Relaxed).cast_const(), table);
+            assert_eq!(hint.buckets.load(Ordering::Relaxed), buckets);
         }
-        assert!(stored > 10_000, "read-ahead started at {stored} items");
+    }
+
+    #[test]
+    fn each_shards_hint_follows_its_index_through_growth_and_a_flush() {
+        let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
+        assert_hints_follow_the_index(&store);
+        for i in 0..40_000 {
+            store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, b"v");
+        }
+        assert_hints_follow_the_index(&store);
         store.flush_all(0);
-        store.get(&key(0), |_| ()).unwrap_err();
-        assert!(!store.reads_ahead());
+        for i in 0..100 {
+            store.get(&key(i), |_| ()).unwrap_err();
+        }
+        assert_hints_follow_the_index(&store);
     }
 
     #[test]
@@ -132,7 +138,6 @@ mod tests {
         for i in 0..40_000 {
             store.store(StoreOp::Set, &key(i), i as u32, Expiry::NEVER, &key(i));
         }
-        assert!(store.reads_ahead());
         // Present and absent keys, an empty one, and more than one call looks at.
         let names: Vec<Vec<u8>> = (39_990..40_010).map(key).chain([Vec::new()]).collect();
         let batch: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();

@@ -86,7 +86,7 @@ impl Store {
             clock,
             hasher,
             seeds,
-            index_hints: IndexHints::new(shards.len()),
+            index_hints: IndexHints::new(&shards),
             shards,
         }
     }

@@ -82,12 +82,6 @@ impl<'a> Ops<'a> {
         &self.shared.store
     }
 
-    /// Whether the store is big enough for read-ahead to pay (see `Store::reads_ahead`).
-    #[inline]
-    pub fn reads_ahead(&self) -> bool {
-        self.store().reads_ahead()
-    }
-
     /// Starts loading what gets and sets of `keys` will read (see `Store::prefetch`).
     pub fn prefetch(&self, keys: &[&[u8]]) {
         self.store().prefetch(keys);
