@@ -7,8 +7,8 @@ every get is a wake-up, a read and a write of its own).
 
 usage: [KEYS=N] lockstep_client.py PORT BATCHES [mix|get|single]
 
-KEYS (default 10,000) sets how many keys are preloaded and cycled through: 100,000 takes the
-store past its read-ahead floor, so a pipelined batch is read ahead.
+KEYS (default 10,000) sets how many keys are preloaded and cycled through: 100,000 (~30 MB of
+items) takes the store well past the caches.
 """
 import os
 import socket

@@ -58,12 +58,10 @@ impl Store {
         for (slot, key) in hashed.iter_mut().zip(keys) {
             *slot = self.hash(key);
             let hint = &self.index_hints.0[slot.0];
-            let buckets = hint.buckets.load(Ordering::Relaxed);
-            if buckets != 0 {
-                let home = index::home_bucket(slot.1.tag, buckets);
-                let table = hint.table.load(Ordering::Relaxed);
-                prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
-            }
+            // Every hint names a table: they are set when the store is made.
+            let home = index::home_bucket(slot.1.tag, hint.buckets.load(Ordering::Relaxed));
+            let table = hint.table.load(Ordering::Relaxed);
+            prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
         }
         for &(shard, key) in &hashed[..keys.len()] {
             let guard = self.lock(shard);

@@ -25,8 +25,7 @@ impl Store {
         self.read_unmarked(key, Some(expiry), read)
     }
 
-    /// `get` and `get_and_touch` as one function, so a caller that picks one of them with the
-    /// same reader (as the server's text `get` and `gat` do) holds one copy of the read path.
+    /// What `get` and `get_and_touch` share: a read whose reader leaves the marks alone.
     #[inline]
     fn read_unmarked<R>(
         &self,
