@@ -1,53 +1,72 @@
-//! The keys of the next text requests in a batch, found cheaply and without checking the
-//! requests, for the server's read-ahead (it starts loading their items before it serves them).
-//! A wrong answer only costs a useless prefetch: the requests are parsed for real when served.
+//! The keys of the next text requests in a batch, found cheaply, for the server's read-ahead
+//! (it starts loading their items before it serves them). A key's request is not checked
+//! except where it is a one-key get line, which is recognised by the parser's own test: the
+//! server then serves it without parsing it again. Any other wrong answer only costs a useless
+//! prefetch: those requests are parsed for real when served.
 
+use crate::ascii::one_key_get_line;
 use crate::ascii::scan::{first_below, memchr};
 
-/// Fills `keys` with the keys of the `get <key>` and `set <key> <flags> <exptime> <bytes>`
-/// requests at the start of `input`, in order, and returns how many it found and whether any
-/// input is left after them. It stops at a line of another kind, at an incomplete request and
-/// when `keys` is full (inside a multi-key get, whose keys are given one by one).
+/// A key the look-ahead found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Upcoming<'a> {
+    pub key: &'a [u8],
+    /// Where the key's request starts in the input.
+    pub start: usize,
+    /// Where the request ends when it is a one-key get line (`get <key>\r\n`) of a key of
+    /// legal length: the parser reads `start..end` as a get of this key alone, without cas or
+    /// touch, whatever came before it.
+    pub one_key_get_end: Option<usize>,
+}
+
+/// Hands `found` the keys of the `get <key>...` and `set <key> <flags> <exptime> <bytes>`
+/// requests at the start of `input`, in order, at most `limit` of them; returns how many it
+/// found and where it stopped: the end of the last request whose keys it gave (all of them or,
+/// in a multi-key get cut off by the limit, the first ones). It stops at a line of another
+/// kind, at an incomplete request and at the limit.
 ///
 /// It runs over every request of a pipelined batch before the batch is served, so it uses the
 /// parser's word-at-a-time searches, not a call to `memchr` per line: a one-key get's line is
 /// one search to its key's end.
-pub fn upcoming_keys<'a>(input: &'a [u8], keys: &mut [&'a [u8]]) -> (usize, bool) {
-    let mut found = 0;
-    let mut rest = input;
-    while found < keys.len() {
+#[inline(always)]
+pub fn upcoming<'a>(
+    input: &'a [u8],
+    limit: usize,
+    mut found: impl FnMut(Upcoming<'a>),
+) -> (usize, usize) {
+    let mut count = 0;
+    let mut at = 0;
+    while count < limit {
+        let rest = &input[at..];
         if let Some(args) = rest.strip_prefix(b"get ") {
-            // The key's end: a space (more keys), `\r` or `\n`.
-            let Some(end) = first_below(b'!', args) else {
+            if let Ok((key_len, consumed)) = one_key_get_line(args) {
+                let end = at + 4 + consumed;
+                found(Upcoming {
+                    key: &args[..key_len],
+                    start: at,
+                    one_key_get_end: Some(end),
+                });
+                count += 1;
+                at = end;
+                continue;
+            }
+            let Some(eol) = memchr(b'\n', args) else {
                 break;
             };
-            let after = match (args[end], args.get(end + 1)) {
-                (b'\n', _) => Some(end + 1),
-                (b'\r', Some(b'\n')) => Some(end + 2),
-                _ => None,
-            };
-            match after {
-                Some(after) if end > 0 => {
-                    keys[found] = &args[..end];
-                    found += 1;
-                    rest = &args[after..];
+            let line = &args[..eol];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            for key in line.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                if count == limit {
+                    return (count, at + 4 + eol + 1);
                 }
-                _ => {
-                    let Some(eol) = memchr(b'\n', args) else {
-                        break;
-                    };
-                    let line = &args[..eol];
-                    let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    for key in line.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
-                        if found == keys.len() {
-                            return (found, true);
-                        }
-                        keys[found] = key;
-                        found += 1;
-                    }
-                    rest = &args[eol + 1..];
-                }
+                found(Upcoming {
+                    key,
+                    start: at,
+                    one_key_get_end: None,
+                });
+                count += 1;
             }
+            at += 4 + eol + 1;
         } else if let Some(args) = rest.strip_prefix(b"set ") {
             let Some(key_end) = first_below(b'!', args).filter(|&i| args[i] == b' ') else {
                 break;
@@ -63,14 +82,18 @@ pub fn upcoming_keys<'a>(input: &'a [u8], keys: &mut [&'a [u8]]) -> (usize, bool
             if next > args.len() {
                 break;
             }
-            keys[found] = &args[..key_end];
-            found += 1;
-            rest = &args[next..];
+            found(Upcoming {
+                key: &args[..key_end],
+                start: at,
+                one_key_get_end: None,
+            });
+            count += 1;
+            at += 4 + next;
         } else {
             break;
         }
     }
-    (found, !rest.is_empty())
+    (count, at)
 }
 
 /// A set's data length: the last number of its arguments, before an optional ` noreply`.
@@ -90,14 +113,21 @@ fn data_length(args: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::upcoming_keys;
+    use super::{upcoming, Upcoming};
     use crate::ascii::{self, Command, Frame, StoreKind};
     use crate::xorshift;
 
+    /// What the look-ahead finds, and whether it left input after them.
+    fn found(input: &[u8], limit: usize) -> (Vec<Upcoming<'_>>, bool) {
+        let mut found = Vec::new();
+        let (n, stopped) = upcoming(input, limit, |key| found.push(key));
+        assert_eq!(n, found.len());
+        (found, stopped < input.len())
+    }
+
     fn keys_of(input: &[u8]) -> (Vec<&[u8]>, bool) {
-        let mut keys = [&b""[..]; 4];
-        let (n, more) = upcoming_keys(input, &mut keys);
-        (keys[..n].to_vec(), more)
+        let (found, more) = found(input, 4);
+        (found.iter().map(|up| up.key).collect(), more)
     }
 
     #[test]
@@ -129,7 +159,8 @@ mod tests {
 get c d e
 ",
         );
-        assert_eq!((keys, more), (vec![&b"a"[..], b"b", b"c", b"d"], true));
+        // Cut off inside the last line, the look stops at its end.
+        assert_eq!((keys, more), (vec![&b"a"[..], b"b", b"c", b"d"], false));
         assert_eq!(
             keys_of(
                 b"get x y
@@ -139,28 +170,67 @@ get c d e
         );
     }
 
-    /// The keys the parser itself sees in `input`'s leading gets and sets, up to the first
-    /// other or incomplete request, and whether input is left after them.
-    fn parsed_keys(input: &[u8]) -> (Vec<&[u8]>, bool) {
-        let (mut keys, mut rest) = (Vec::new(), input);
-        while let Frame::Line { consumed, parsed } = ascii::parse(rest, 1 << 20) {
+    /// The keys the parser itself sees in `input`'s leading gets and sets, each with where its
+    /// request starts and, for a get of that key alone, where the request ends; up to the
+    /// first other or incomplete request, and whether input is left after them.
+    fn parsed_keys(input: &[u8]) -> (Vec<Upcoming<'_>>, bool) {
+        let (mut keys, mut at) = (Vec::new(), 0);
+        while let Frame::Line { consumed, parsed } = ascii::parse(&input[at..], 1 << 20) {
             match parsed {
-                Ok(Command::Get { keys: line, .. }) => keys.extend(line),
+                Ok(Command::Get {
+                    keys: line,
+                    with_cas,
+                    touch,
+                }) => {
+                    let alone = (!with_cas && touch.is_none() && line.only().is_some())
+                        .then_some(at + consumed);
+                    keys.extend(line.map(|key| Upcoming {
+                        key,
+                        start: at,
+                        one_key_get_end: alone,
+                    }));
+                }
                 Ok(Command::Store {
                     kind: StoreKind::Set,
                     key,
                     bytes,
                     ..
-                }) if consumed + bytes + 2 <= rest.len() => {
-                    keys.push(key);
-                    rest = &rest[consumed + bytes + 2..];
+                }) if at + consumed + bytes + 2 <= input.len() => {
+                    keys.push(Upcoming {
+                        key,
+                        start: at,
+                        one_key_get_end: None,
+                    });
+                    at += consumed + bytes + 2;
                     continue;
                 }
                 _ => break,
             }
-            rest = &rest[consumed..];
+            at += consumed;
         }
-        (keys, !rest.is_empty())
+        (keys, at < input.len())
+    }
+
+    /// The look-ahead's answer for `input` agrees with the parser's: the same keys of the same
+    /// requests, and each one-key get it names is one to the parser, of the same length. (It
+    /// may leave one out, e.g. `get  a`: that only costs a parse.)
+    fn assert_agrees_with_the_parser(input: &[u8]) {
+        let (found, more) = found(input, 64);
+        let (parsed, parsed_more) = parsed_keys(input);
+        let context = || format!("input {:?}", String::from_utf8_lossy(input));
+        assert_eq!(more, parsed_more, "{}", context());
+        assert_eq!(found.len(), parsed.len(), "{}", context());
+        for (up, parsed) in found.iter().zip(&parsed) {
+            assert_eq!(
+                (up.key, up.start),
+                (parsed.key, parsed.start),
+                "{}",
+                context()
+            );
+            if up.one_key_get_end.is_some() {
+                assert_eq!(up.one_key_get_end, parsed.one_key_get_end, "{}", context());
+            }
+        }
     }
 
     #[test]
@@ -178,8 +248,10 @@ get c d e
                 let eol: &[u8] = if next() % 4 == 0 { b"\n" } else { b"\r\n" };
                 match next() % 8 {
                     0..=3 => {
+                        // Now and then a key past the word-at-a-time search's reach.
+                        let longest = if next() % 8 == 0 { 300 } else { 20 };
                         input.extend_from_slice(b"get ");
-                        input.extend(word(&mut next, 20));
+                        input.extend(word(&mut next, longest));
                     }
                     4 => {
                         input.extend_from_slice(b"get");
@@ -207,16 +279,43 @@ get c d e
                 input.extend_from_slice(eol);
             }
             let cut = (next() % (input.len() as u64 + 1)) as usize;
-            for input in [&input[..], &input[..cut]] {
-                let mut found = [&b""[..]; 64];
-                let (n, more) = upcoming_keys(input, &mut found);
-                assert_eq!(
-                    (found[..n].to_vec(), more),
-                    parsed_keys(input),
-                    "input {:?}",
-                    String::from_utf8_lossy(input)
-                );
-            }
+            assert_agrees_with_the_parser(&input);
+            assert_agrees_with_the_parser(&input[..cut]);
+        }
+    }
+
+    #[test]
+    fn a_one_key_get_line_is_named_with_its_end_and_others_are_not() {
+        let input = b"get a\r\nget  b\nget c d\nset e 0 0 1\r\nx\r\nget f\n";
+        let (found, more) = found(input, 8);
+        let ends: Vec<_> = found
+            .iter()
+            .map(|up| (up.key, up.start, up.one_key_get_end))
+            .collect();
+        assert_eq!(
+            (ends, more),
+            (
+                vec![
+                    (&b"a"[..], 0, Some(7)),
+                    (b"b", 7, None),
+                    (b"c", 14, None),
+                    (b"d", 14, None),
+                    (b"e", 22, None),
+                    (b"f", 38, Some(44)),
+                ],
+                false
+            )
+        );
+        // The parser agrees that the lines named are one-key gets of exactly that length.
+        for (start, end, key) in [(0, 7, &b"a"[..]), (38, 44, b"f")] {
+            let Frame::Line {
+                consumed,
+                parsed: Ok(Command::Get { keys, .. }),
+            } = ascii::parse(&input[start..], 1 << 20)
+            else {
+                panic!("not a get");
+            };
+            assert_eq!((consumed, keys.only()), (end - start, Some(key)));
         }
     }
 }

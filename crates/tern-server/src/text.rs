@@ -2,10 +2,11 @@
 //! operations layer and their replies encoded, meta commands handed to `meta.rs`. Beside it,
 //! `binary.rs` does the same for binary frames; a connection or a UDP datagram drives either.
 
+use arrayvec::ArrayVec;
 use tern_admin::Command as Cmd;
 use tern_proto::ascii::{self, AdminCommand, Command, Frame, Keys, StoreKind};
 use tern_proto::KEY_MAX_LENGTH;
-use tern_store::{Expiry, StoreOp};
+use tern_store::{Expiry, HashedKey, StoreOp};
 
 use crate::framing::{After, Progress, Replies, Resume, Step};
 use crate::meta;
@@ -20,7 +21,7 @@ pub fn serve(
     max_line: usize,
     out: &mut impl Replies,
 ) -> Progress {
-    read_ahead(ops, input);
+    let mut ahead = ReadAhead::new(input);
     let mut progress = Progress::default();
     let mut served = 0;
     while progress.consumed < input.len() {
@@ -34,6 +35,14 @@ pub fn serve(
             ops.worker.metrics.conn_yield();
             progress.yielded = true;
             break;
+        }
+        if let Some((key, end)) = ahead.one_key_get_at(ops, progress.consumed, budget - served) {
+            // What the parser would make of the line, found by the look-ahead already.
+            served += 1;
+            answer_one::<false>(ops, key, out.buf());
+            progress.consumed = end;
+            out.request_done();
+            continue;
         }
         let rest = &input[progress.consumed..];
         let (line_len, parsed) = match ascii::parse(rest, max_line) {
@@ -102,16 +111,105 @@ pub fn serve(
 }
 
 /// How many requests ahead a batch's gets are prefetched.
-const READ_AHEAD: usize = tern_store::PREFETCH_MAX;
+const READ_AHEAD: usize = 20;
 
-/// In a pipelined batch, starts loading the index buckets and items its next gets and sets
-/// will read, so their cache misses overlap (see `Store::prefetch`). A lone request has
-/// nothing to overlap with and is left alone.
-fn read_ahead(ops: &Ops<'_>, input: &[u8]) {
-    let mut keys: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
-    let (found, more) = tern_proto::lookahead::upcoming_keys(input, &mut keys);
-    if found > 1 || (found == 1 && more) {
-        ops.prefetch(&keys[..found]);
+/// A batch's read-ahead: the keys of its next gets and sets, each hashed once, with their index
+/// buckets and items on their way into the cache (see `Store::prefetch_items`), so the batch's
+/// cache misses overlap. The one-key get lines among them are served from it: no second parse,
+/// no second hash. The serve loop looks again each time it has passed what was looked at.
+struct ReadAhead<'a> {
+    input: &'a [u8],
+    /// Not initialised up front (an `ArrayVec`): filling a whole array cost a lone get ~170
+    /// instructions.
+    keys: ArrayVec<Ahead<'a>, READ_AHEAD>,
+    /// The first key whose request the serve loop has not passed.
+    next: usize,
+    /// Where the last look stopped: the next starts there, once the serve loop gets there.
+    looked_to: usize,
+}
+
+/// A key read ahead.
+struct Ahead<'a> {
+    key: HashedKey<'a>,
+    /// Where its request starts in the input.
+    start: usize,
+    /// For a one-key get line, where it ends; 0 for other requests.
+    get_end: usize,
+}
+
+impl<'a> ReadAhead<'a> {
+    fn new(input: &'a [u8]) -> ReadAhead<'a> {
+        ReadAhead {
+            input,
+            keys: ArrayVec::new(),
+            next: 0,
+            looked_to: 0,
+        }
+    }
+
+    /// Looks at the requests from `at` on, at most `budget` of them (those the serve loop may
+    /// still run before it yields; the next serve call looks again).
+    #[inline(never)]
+    fn look(&mut self, ops: &Ops<'_>, at: usize, budget: usize) {
+        self.keys.clear();
+        self.next = 0;
+        let keys = &mut self.keys;
+        let (found, stopped) = tern_proto::lookahead::upcoming(
+            &self.input[at..],
+            budget.min(READ_AHEAD),
+            #[inline(always)]
+            |up| {
+                let key = ops.hash_key(up.key);
+                ops.prefetch_bucket(key);
+                keys.push(Ahead {
+                    key,
+                    start: at + up.start,
+                    get_end: up.one_key_get_end.map_or(0, |end| at + end),
+                });
+            },
+        );
+        self.looked_to = at + stopped;
+        // A lone request has nothing to overlap with: its item is not loaded ahead.
+        if found > 1 || self.looked_to < self.input.len() {
+            ops.prefetch_items(keys.iter_mut().map(|ahead| &mut ahead.key));
+        }
+    }
+
+    /// The key of the one-key get line at `at` in the input and where the line ends, when the
+    /// look-ahead found one there (what it finds at an offset depends on the bytes from there
+    /// on alone, however the serve loop came to it). Looks again first once the serve loop has
+    /// passed the last look.
+    #[inline(always)]
+    fn one_key_get_at(
+        &mut self,
+        ops: &Ops<'_>,
+        at: usize,
+        budget: usize,
+    ) -> Option<(&HashedKey<'a>, usize)> {
+        loop {
+            let i = self.next;
+            let Some(ahead) = self.keys.get(i) else {
+                if at < self.looked_to {
+                    return None;
+                }
+                self.look(ops, at, budget);
+                if self.keys.is_empty() {
+                    return None;
+                }
+                continue;
+            };
+            if ahead.start < at {
+                // A request the serve loop has passed (a set's key, a multi-get's).
+                self.next += 1;
+                continue;
+            }
+            if ahead.start != at || ahead.get_end == 0 {
+                return None;
+            }
+            self.next += 1;
+            let ahead = &self.keys[i];
+            return Some((&ahead.key, ahead.get_end));
+        }
     }
 }
 
@@ -354,7 +452,7 @@ fn get(
             buf.extend_from_slice(ascii::BAD_FORMAT);
             return Step::Done(0);
         }
-        get_value(ops, cmd, key, expiry, with_cas, buf);
+        get_value(ops, cmd, ops.hash_key(key), expiry, with_cas, buf);
     }
     out.buf().extend_from_slice(ascii::END);
     Step::Done(0)
@@ -368,10 +466,33 @@ fn get_one(ops: &Ops<'_>, key: &[u8], with_cas: bool, buf: &mut Vec<u8>) -> Step
         buf.extend_from_slice(ascii::BAD_FORMAT);
         return Step::Done(0);
     }
-    let cmd = if with_cas { Cmd::Gets } else { Cmd::Get };
-    get_value(ops, cmd, key, None, with_cas, buf);
-    buf.extend_from_slice(ascii::END);
+    let key = &ops.hash_key(key);
+    if with_cas {
+        answer_one::<true>(ops, key, buf);
+    } else {
+        answer_one::<false>(ops, key, buf);
+    }
     Step::Done(0)
+}
+
+/// The reply to a get (or with `WITH_CAS` a gets) of `key` alone, `VALUE` and `END` written in
+/// one step. Its own copies of the lookup, apart from [`get_value`]'s: the commonest request
+/// passes fewer arguments, tests nothing about cas, and writes its reply at once.
+#[inline(never)]
+fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mut Vec<u8>) {
+    let cmd = if WITH_CAS { Cmd::Gets } else { Cmd::Get };
+    let found = ops.get(cmd, *key, None, |item| {
+        ascii::encode_only_value(
+            buf,
+            key.bytes(),
+            item.flags,
+            item.value,
+            WITH_CAS.then(|| item.cas()),
+        )
+    });
+    if found.is_err() {
+        buf.extend_from_slice(ascii::END);
+    }
 }
 
 /// One key of a retrieval: its `VALUE` reply into `buf` when it is found.
@@ -379,7 +500,7 @@ fn get_one(ops: &Ops<'_>, key: &[u8], with_cas: bool, buf: &mut Vec<u8>) -> Step
 fn get_value(
     ops: &Ops<'_>,
     cmd: Cmd,
-    key: &[u8],
+    key: HashedKey<'_>,
     expiry: Option<Expiry>,
     with_cas: bool,
     buf: &mut Vec<u8>,
@@ -387,7 +508,7 @@ fn get_value(
     let _ = ops.get(cmd, key, expiry, |item| {
         ascii::encode_value(
             buf,
-            key,
+            key.bytes(),
             item.flags,
             item.value,
             with_cas.then(|| item.cas()),

@@ -262,3 +262,46 @@ fn a_big_store_read_ahead_answers_the_whole_stream_the_same() {
     want.extend_from_slice(b"END\r\n");
     c.expect(&burst, &want);
 }
+
+/// Lines a one-key get read ahead must be told apart from, each right before or after one, and
+/// data holding what looks like gets.
+fn read_ahead_traps() -> Vec<u8> {
+    let long = |n: usize| "k".repeat(n);
+    let mut s = Vec::new();
+    s.extend_from_slice(b"set a 3 0 1\r\nx\r\nget a\r\nget  a\r\nget a \r\nget a\r\r\n");
+    s.extend_from_slice(format!("get {}\r\nget a\r\n", long(251)).as_bytes());
+    s.extend_from_slice(format!("get {}\r\nget a\n", long(250)).as_bytes());
+    s.extend_from_slice(b"get a\0b\r\nget a b\r\nset b 0 0 14\r\nget a\r\nget b\r\n\r\nget b\r\n");
+    s.extend_from_slice(b"get\r\nget \r\ngets\r\nget a\r\ndelete b\r\nget b\r\nget a\r\n");
+    // The look-ahead takes a set's last number for its data length: here it expects the get
+    // where the delete is, and must not answer it there.
+    s.extend_from_slice(b"set c 0 0 1 11\r\nx\r\ndelete q\r\nget a\r\n");
+    // Refused for its size (memcached's default -I 1m): its data, gets to the eye, is skipped.
+    s.extend_from_slice(b"set big 0 0 1100000\r\n");
+    s.extend(b"get a\r\n".iter().cycle().take(1_100_000));
+    s.extend_from_slice(b"\r\nget a\r\nget big\r\n");
+    s
+}
+
+#[test]
+fn one_key_gets_read_ahead_answer_as_memcached_among_every_other_line() {
+    let mut stream = Vec::new();
+    for _ in 0..3 {
+        stream.extend(read_ahead_traps());
+    }
+    // The end of the replies: no line before it answers `DONE`.
+    stream.extend_from_slice(b"set end 0 0 4\r\nDONE\r\nget end\r\n");
+    let end = b"DONE\r\nEND\r\n";
+    let memcached = ServerProcess::memcached(&["-t", "1"]);
+    let want = memcached.connect().request(&stream, end);
+    // -R 1 and 3 make the serve loop yield inside a look-ahead's window, at every offset.
+    for dash_r in ["1", "3", "20"] {
+        let tern = ServerProcess::tern(&["-t", "1", "-R", dash_r]);
+        let got = tern.connect().request(&stream, end);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "-R {dash_r}"
+        );
+    }
+}

@@ -88,6 +88,10 @@ pub(crate) fn home_bucket(tag: u32, buckets: usize) -> usize {
     ((tag as u64 * buckets as u64) >> TAG_BITS) as usize
 }
 
+/// No slot hint (see [`Index::find_hinted`]): beyond any table, which holds far fewer than
+/// 2^32 slots.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
 /// Bytes from one bucket to the next.
 pub(crate) const BUCKET_STRIDE: usize = std::mem::size_of::<Bucket>();
 
@@ -227,12 +231,43 @@ impl Index {
         None
     }
 
-    /// The location of the first entry in `tag`'s home bucket with that tag, if any (a hint
-    /// for read-ahead: not checked against the key).
-    pub(crate) fn home_location(&self, tag: u32) -> Option<u64> {
-        let bucket = &self.buckets[self.home(tag)];
+    /// [`Index::find`], trying slot `hint` first: read-ahead found the key's tag there
+    /// moments before, and the table may have changed since, so the slot is checked like any
+    /// other (its tag, then `matches`). A key has at most one entry, so a slot that matches is
+    /// the one.
+    #[inline(always)]
+    pub(crate) fn find_hinted<T>(
+        &self,
+        tag: u32,
+        hint: u32,
+        mut matches: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        let slot = hint as usize;
+        // A constant for callers without a hint: the test folds away.
+        if hint == NO_SLOT {
+            return self.find(tag, matches);
+        }
+        if let Some(bucket) = self.buckets.get(slot / WAYS) {
+            let entry = bucket.0[slot % WAYS];
+            if tag_of(entry) == tag {
+                if let Some(found) = matches(entry & LOC_MASK) {
+                    return Some((slot, found));
+                }
+            }
+        }
+        self.find(tag, matches)
+    }
+
+    /// The slot and location of the first entry in `tag`'s home bucket with that tag, if any
+    /// (for read-ahead: not checked against the key).
+    pub(crate) fn home_slot(&self, tag: u32) -> Option<(u32, u64)> {
+        let b = self.home(tag);
+        let bucket = &self.buckets[b];
         let hits = bucket.slots_tagged(tag);
-        (hits != 0).then(|| bucket.0[hits.trailing_zeros() as usize % WAYS] & LOC_MASK)
+        (hits != 0).then(|| {
+            let w = hits.trailing_zeros() as usize % WAYS;
+            ((b * WAYS + w) as u32, bucket.0[w] & LOC_MASK)
+        })
     }
 
     #[cfg(test)]

@@ -67,6 +67,7 @@ pub use heap::PageKind;
 pub use memlimit::MemoryLimitError;
 pub use persist::{Opened, Restored};
 pub use prefetch::PREFETCH_MAX;
+pub use shard::{HashedKey, ReadKey};
 pub use stats::StoreStats;
 pub use store::{EvictionObserver, Store};
 pub use types::{

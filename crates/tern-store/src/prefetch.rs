@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use crate::index::{self, BUCKET_STRIDE};
 use crate::segments::Loc;
-use crate::shard::{Key, Padded, Shard};
+use crate::shard::{HashedKey, Padded, Shard};
 use crate::Store;
 
 /// The most keys one `prefetch` call looks at.
@@ -47,29 +47,46 @@ impl IndexHints {
 
 impl Store {
     /// Starts loading what gets or sets of `keys` (at most [`PREFETCH_MAX`] are looked at) will
-    /// read: first every home index bucket, from the hints, without locks; then, shard lock by
-    /// shard lock, the first 256 bytes of the item each bucket holds under the key's tag (not
-    /// checked against the key: a tag collision only loads useless lines). It pays for a store of
-    /// any size in the server, whose kernel network path evicts the caches between batches: at
-    /// 1,000 keys too (see docs/performance.md, "Read-ahead for every pipelined batch").
+    /// read: [`Store::prefetch_bucket`] for each, then [`Store::prefetch_items`].
     pub fn prefetch(&self, keys: &[&[u8]]) {
         let keys = &keys[..keys.len().min(PREFETCH_MAX)];
-        let mut hashed = [(0, Key { bytes: &[], tag: 0 }); PREFETCH_MAX];
+        let mut hashed = [self.hash_key(&[]); PREFETCH_MAX];
         for (slot, key) in hashed.iter_mut().zip(keys) {
-            *slot = self.hash(key);
-            let hint = &self.index_hints.0[slot.0];
-            // Every hint names a table: they are set when the store is made.
-            let home = index::home_bucket(slot.1.tag, hint.buckets.load(Ordering::Relaxed));
-            let table = hint.table.load(Ordering::Relaxed);
-            prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
+            *slot = self.hash_key(key);
+            self.prefetch_bucket(*slot);
         }
-        for &(shard, key) in &hashed[..keys.len()] {
-            let guard = self.lock(shard);
-            if let Some(packed) = guard.index.home_location(key.tag) {
-                let loc = Loc::unpack(packed);
-                let item = &self.segs.read(&guard.owner, loc.seg)[loc.off as usize..];
+        self.prefetch_items(&mut hashed[..keys.len()]);
+    }
+
+    /// Read-ahead's first stage: starts loading `key`'s home index bucket, found from its
+    /// shard's hint without a lock.
+    #[inline]
+    pub fn prefetch_bucket(&self, key: HashedKey<'_>) {
+        let hint = &self.index_hints.0[key.shard];
+        // Every hint names a table: they are set when the store is made.
+        let home = index::home_bucket(key.key.tag, hint.buckets.load(Ordering::Relaxed));
+        let table = hint.table.load(Ordering::Relaxed);
+        prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
+    }
+
+    /// Read-ahead's second stage, once the buckets are on their way: shard lock by shard lock,
+    /// starts loading the first 256 bytes of the item each key's home bucket holds under the
+    /// key's tag (not checked against the key: a tag collision only loads useless lines), and
+    /// notes that slot in the key for the read that follows to try first. It pays for a store
+    /// of any size in the server, whose kernel network path evicts the caches between batches:
+    /// at 1,000 keys too (see docs/performance.md, "Read-ahead for every pipelined batch").
+    #[inline]
+    pub fn prefetch_items<'a, 'k: 'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a mut HashedKey<'k>>,
+    ) {
+        for key in keys {
+            let home = self.lock(key.shard).index.home_slot(key.key.tag);
+            if let Some((slot, packed)) = home {
+                key.slot_hint = slot;
+                let item = self.segs.address(Loc::unpack(packed));
                 for line in 0..ITEM_LINES {
-                    prefetch_line(item.as_ptr().wrapping_add(line * 64));
+                    prefetch_line(item.wrapping_add(line * 64));
                 }
             }
         }
@@ -98,7 +115,9 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use crate::{Clock, Config, Expiry, Store, StoreOp};
+    use super::BUCKET_STRIDE;
+    use crate::index::NO_SLOT;
+    use crate::{Clock, Config, Expiry, HashedKey, Store, StoreOp};
 
     fn key(i: usize) -> Vec<u8> {
         format!("key:{i:08}").into_bytes()
@@ -128,6 +147,57 @@ mod tests {
             store.get(&key(i), |_| ()).unwrap_err();
         }
         assert_hints_follow_the_index(&store);
+    }
+
+    /// A get tries the slot read-ahead noted first, and that slot may since hold another item,
+    /// nothing, or lie past a rebuilt table: any slot at all gives the answer no hint gives.
+    #[test]
+    fn a_read_answers_the_same_whatever_slot_it_tries_first() {
+        let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();
+        for i in 0..20_000 {
+            store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, &key(i));
+        }
+        let names: Vec<Vec<u8>> = (19_990..20_010).map(key).collect();
+        let mut hashed: Vec<_> = names.iter().map(|name| store.hash_key(name)).collect();
+        store.prefetch_items(hashed.iter_mut());
+        // Most keys sit in their home bucket (where read-ahead looks); a few spill past it.
+        assert!(hashed[..10].iter().any(|key| key.slot_hint != NO_SLOT));
+        check_every_hint(&store, &hashed, |i| (i < 10).then(|| names[i].clone()));
+        // The first five move (a delete, then a set elsewhere); the table grows past them.
+        for name in &names[..5] {
+            store.delete(name);
+            store.store(StoreOp::Set, name, 0, Expiry::NEVER, b"moved");
+        }
+        for i in 20_000..60_000 {
+            store.store(StoreOp::Set, &key(i), 0, Expiry::NEVER, b"v");
+        }
+        check_every_hint(&store, &hashed[..10], |i| {
+            Some(if i < 5 {
+                b"moved".to_vec()
+            } else {
+                names[i].clone()
+            })
+        });
+    }
+
+    /// Reads each key with every slot of its shard's table as its hint, and some past it.
+    fn check_every_hint(
+        store: &Store,
+        hashed: &[HashedKey<'_>],
+        want: impl Fn(usize) -> Option<Vec<u8>>,
+    ) {
+        let read = |key: HashedKey<'_>| store.get(key, |item| item.value.to_vec()).ok();
+        for (i, key) in hashed.iter().enumerate() {
+            let slots = store.lock(key.shard).index.table().1 * BUCKET_STRIDE / 8;
+            assert_eq!(read(*key), want(i));
+            for hint in (0..slots as u32 + 16).chain([NO_SLOT - 1, NO_SLOT]) {
+                let hinted = HashedKey {
+                    slot_hint: hint,
+                    ..*key
+                };
+                assert_eq!(read(hinted), want(i), "key {i}, slot {hint}");
+            }
+        }
     }
 
     #[test]

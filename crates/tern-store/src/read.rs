@@ -3,7 +3,7 @@
 
 use crate::item::{self, Header};
 use crate::segments::{get32, Loc};
-use crate::shard::{Key, Shard, Version};
+use crate::shard::{HashedKey, Key, ReadKey, Shard, Version};
 use crate::store::Store;
 use crate::ttl::raise_max_expiry;
 use crate::types::CasSource;
@@ -11,14 +11,18 @@ use crate::{Expiry, ItemView, Marks, Miss, UnixSecs};
 
 impl Store {
     /// Looks `key` up and hands the item to `read`.
-    pub fn get<R>(&self, key: &[u8], read: impl FnOnce(ItemView<'_>) -> R) -> Result<R, Miss> {
+    pub fn get<'k, R>(
+        &self,
+        key: impl ReadKey<'k>,
+        read: impl FnOnce(ItemView<'_>) -> R,
+    ) -> Result<R, Miss> {
         self.read_unmarked(key, None, read)
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
-    pub fn get_and_touch<R>(
+    pub fn get_and_touch<'k, R>(
         &self,
-        key: &[u8],
+        key: impl ReadKey<'k>,
         expiry: Expiry,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
@@ -27,13 +31,13 @@ impl Store {
 
     /// What `get` and `get_and_touch` share: a read whose reader leaves the marks alone.
     #[inline]
-    fn read_unmarked<R>(
+    fn read_unmarked<'k, R>(
         &self,
-        key: &[u8],
+        key: impl ReadKey<'k>,
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        self.read_item::<true, _>(key, touch, |item, _| read(item))
+        self.read_item::<_, true, _>(key, touch, |item, _| read(item))
     }
 
     /// For the meta protocol: like `get`/`get_and_touch`, and `read` may change the item's
@@ -45,7 +49,7 @@ impl Store {
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
     ) -> Result<R, Miss> {
-        self.read_item::<true, _>(key, touch, read)
+        self.read_item::<_, true, _>(key, touch, read)
     }
 
     /// `get_marked` for meta's `u` flag (memcached's "no LRU bump"): the read leaves the
@@ -57,32 +61,38 @@ impl Store {
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
     ) -> Result<R, Miss> {
-        self.read_item::<false, _>(key, touch, read)
+        self.read_item::<_, false, _>(key, touch, read)
     }
 
     /// Sets the expiry of `key`; false when it is not there.
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> bool {
-        self.read_item::<true, _>(key, Some(expiry), |_, _| ())
+        self.read_item::<_, true, _>(key, Some(expiry), |_, _| ())
             .is_ok()
     }
 
     /// A read; with `BUMP` (every read but meta's `u`) it marks the item fetched and recently
     /// read and updates its access time. A const parameter, so a plain get carries no test.
     #[inline(always)]
-    fn read_item<const BUMP: bool, R>(
+    fn read_item<'k, K: ReadKey<'k>, const BUMP: bool, R>(
         &self,
-        key: &[u8],
+        key: K,
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
     ) -> Result<R, Miss> {
-        let (shard, key) = self.hash(key);
+        let HashedKey {
+            shard,
+            key,
+            slot_hint,
+        } = key.hashed(self);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
         let sh = &mut *guard;
         self.catch_up_flush(sh, Some(key), now)?;
         // `live`, spelled out: the item's bytes found with it cannot leave a function that
         // may unlink the item.
-        let (found, bytes) = self.find_item(sh, key).ok_or(Miss::NotFound)?;
+        let (found, bytes) = self
+            .find_item_hinted(sh, key, slot_hint)
+            .ok_or(Miss::NotFound)?;
         if found.hdr.is_expired_at(now) {
             self.unlink_expired(sh, found.slot, found.loc);
             return Err(Miss::Expired);

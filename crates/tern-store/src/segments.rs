@@ -222,6 +222,14 @@ impl Segments {
         get32(&self.meta(seg).owner) == OWNER_PENDING
     }
 
+    /// Where the item at `loc` is, for a prefetch (see [`Heap::address`]): no segment
+    /// bookkeeping is read, unlike [`Segments::read`].
+    #[inline(always)]
+    pub(crate) fn address(&self, loc: Loc) -> *const u8 {
+        self.heap
+            .address(((loc.seg as usize) << self.shift) + loc.off as usize)
+    }
+
     /// The bytes of `seg`, or of the whole run it heads, for reading.
     #[inline(always)]
     pub(crate) fn read<'a>(&'a self, owner: &'a Owner, seg: u32) -> &'a [u8] {

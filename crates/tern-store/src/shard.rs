@@ -4,7 +4,7 @@
 use parking_lot::MutexGuard;
 use std::collections::VecDeque;
 
-use crate::index::{self, Index};
+use crate::index::{self, Index, NO_SLOT};
 use crate::item::{self, Header};
 use crate::segments::{get32, set32, Loc, Owner, NO_SEGMENT};
 use crate::stats::Counters;
@@ -63,6 +63,45 @@ pub(crate) struct Padded<T>(pub(crate) T);
 pub(crate) struct Key<'a> {
     pub(crate) bytes: &'a [u8],
     pub(crate) tag: u32,
+}
+
+/// A key hashed by a store: the shard it lives in and its index tag, worked out once. A
+/// pipelined batch's read-ahead hashes each key (to start loading its index bucket), and the
+/// get that follows reuses the hash. It is only made by [`Store::hash_key`], and a store keeps
+/// its hash seeds for life, so a `HashedKey` always names its key's place in that store (a
+/// server has one store).
+#[derive(Clone, Copy)]
+pub struct HashedKey<'a> {
+    pub(crate) shard: usize,
+    pub(crate) key: Key<'a>,
+    /// The index slot where read-ahead saw the key's tag, tried first by the read (see
+    /// `Index::find_hinted`); [`NO_SLOT`] when there is none.
+    pub(crate) slot_hint: u32,
+}
+
+impl<'a> HashedKey<'a> {
+    pub fn bytes(&self) -> &'a [u8] {
+        self.key.bytes
+    }
+}
+
+/// The key of a read: its bytes, hashed by the read, or a [`HashedKey`] hashed already.
+pub trait ReadKey<'a>: Copy {
+    fn hashed(self, store: &Store) -> HashedKey<'a>;
+}
+
+impl<'a, T: AsRef<[u8]> + ?Sized> ReadKey<'a> for &'a T {
+    #[inline(always)]
+    fn hashed(self, store: &Store) -> HashedKey<'a> {
+        store.hash_key(self.as_ref())
+    }
+}
+
+impl<'a> ReadKey<'a> for HashedKey<'a> {
+    #[inline(always)]
+    fn hashed(self, _: &Store) -> HashedKey<'a> {
+        self
+    }
 }
 
 /// An item the index points at, as looked up under the shard's lock.
@@ -147,6 +186,17 @@ impl Store {
         (shard, Key { bytes: key, tag })
     }
 
+    /// `key` hashed, for a read to take later (see [`HashedKey`]).
+    #[inline]
+    pub fn hash_key<'k>(&self, key: &'k [u8]) -> HashedKey<'k> {
+        let (shard, key) = self.hash(key);
+        HashedKey {
+            shard,
+            key,
+            slot_hint: NO_SLOT,
+        }
+    }
+
     #[inline]
     pub(crate) fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
         self.shards[shard].0.lock()
@@ -162,9 +212,21 @@ impl Store {
     /// fields a caller does not use are never decoded.
     #[inline(always)]
     pub(crate) fn find_item<'s>(&'s self, sh: &'s Shard, key: Key) -> Option<(Found, &'s [u8])> {
+        self.find_item_hinted(sh, key, NO_SLOT)
+    }
+
+    /// [`Store::find_item`], trying index slot `hint` first (see `Index::find_hinted`).
+    #[inline(always)]
+    pub(crate) fn find_item_hinted<'s>(
+        &'s self,
+        sh: &'s Shard,
+        key: Key,
+        hint: u32,
+    ) -> Option<(Found, &'s [u8])> {
         // Inlined too: returning a header from a call goes through memory.
-        let (slot, (loc, hdr, item)) = sh.index.find(
+        let (slot, (loc, hdr, item)) = sh.index.find_hinted(
             key.tag,
+            hint,
             #[inline(always)]
             |packed| {
                 let loc = Loc::unpack(packed);

@@ -14,15 +14,40 @@ const VALUE_HEADER_ROOM: usize = 8 + 11 + 21 + 21 + 2 + 2;
 /// out of line); docs/performance.md has the counts.
 #[inline]
 pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
-    let room = VALUE_HEADER_ROOM + key.len() + value.len();
+    encode_value_then::<false>(out, key, flags, value, cas);
+}
+
+/// [`encode_value`] then `END\r\n`: the whole reply to a get of one key that was found, in
+/// one step. Not inlined: inlined into a store's read closure it keeps that closure apart.
+#[inline(never)]
+pub fn encode_only_value(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    value: &[u8],
+    cas: Option<u64>,
+) {
+    encode_value_then::<true>(out, key, flags, value, cas);
+}
+
+/// [`encode_value`], and `END\r\n` after it when `END`.
+#[inline(always)]
+fn encode_value_then<const END: bool>(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    value: &[u8],
+    cas: Option<u64>,
+) {
+    let room = VALUE_HEADER_ROOM + key.len() + value.len() + if END { 8 } else { 0 };
     if out.capacity() - out.len() < room {
-        return encode_value_after_growing(out, key, flags, value, cas);
+        return encode_value_after_growing::<END>(out, key, flags, value, cas);
     }
     let len = out.len();
     // SAFETY: `out` has room for `room` bytes past `len`, and the pieces below write within it:
     // each writes at the cursor at most its width (the word stores included) and moves the cursor
-    // by no more, and the widths (8, the key, 11, 21, 21, 2, the value, 2) sum to `room`. Every
-    // byte up to the final cursor is written before `set_len` exposes it.
+    // by no more, and the widths (8, the key, 11, 21, 21, 2, the value, 2, and 8 with `END`)
+    // sum to `room`. Every byte up to the final cursor is written before `set_len` exposes it.
     unsafe {
         let start = out.as_mut_ptr().add(len);
         let mut at = put_word(start, u64::from_le_bytes(*b"VALUE \0\0"), 6);
@@ -36,7 +61,10 @@ pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas
             at = put_decimal(at.add(1), cas);
         }
         at = put_crlf(at);
-        let end = put_crlf(at.add(value.len()));
+        let mut end = put_crlf(at.add(value.len()));
+        if END {
+            end = put_word(end, u64::from_le_bytes(*b"END\r\n\0\0\0"), 5);
+        }
         let new_len = len + end.offset_from(start) as usize;
         if value.len() > 32 {
             std::ptr::copy_nonoverlapping(value.as_ptr(), at, value.len());
@@ -51,15 +79,15 @@ pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas
 /// keeps no registers for a call to the allocator.
 #[cold]
 #[inline(never)]
-fn encode_value_after_growing(
+fn encode_value_after_growing<const END: bool>(
     out: &mut Vec<u8>,
     key: &[u8],
     flags: u32,
     value: &[u8],
     cas: Option<u64>,
 ) {
-    out.reserve(VALUE_HEADER_ROOM + key.len() + value.len());
-    encode_value(out, key, flags, value, cas);
+    out.reserve(VALUE_HEADER_ROOM + key.len() + value.len() + 8);
+    encode_value_then::<END>(out, key, flags, value, cas);
 }
 
 /// Stores the eight bytes of `word` (little-endian) at `at` and moves on by `advance` of them.
@@ -270,10 +298,15 @@ mod tests {
         );
     }
 
-    /// `encode_value` appended to `out` against the same reply written with `format!`.
+    /// `encode_value` appended to `out` against the same reply written with `format!`; and
+    /// `encode_only_value` (into a copy of `out` with 8 more bytes of spare room) against that
+    /// and `END`.
     fn check_value(out: &mut Vec<u8>, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
         let before = out.clone();
+        let mut with_end = Vec::with_capacity(out.capacity() + 8);
+        with_end.extend_from_slice(out);
         encode_value(out, key, flags, value, cas);
+        encode_only_value(&mut with_end, key, flags, value, cas);
         let mut want = before;
         want.extend_from_slice(b"VALUE ");
         want.extend_from_slice(key);
@@ -285,6 +318,12 @@ mod tests {
         want.extend_from_slice(value);
         want.extend_from_slice(b"\r\n");
         assert!(*out == want, "key {} flags {flags} cas {cas:?}", key.len());
+        want.extend_from_slice(b"END\r\n");
+        assert!(
+            with_end == want,
+            "with END: key {} flags {flags}",
+            key.len()
+        );
     }
 
     #[test]

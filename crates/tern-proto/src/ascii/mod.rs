@@ -13,7 +13,7 @@ mod encode;
 mod number;
 pub(crate) mod scan;
 
-pub use encode::{encode_number, encode_stat, encode_value};
+pub use encode::{encode_number, encode_only_value, encode_stat, encode_value};
 pub use number::{parse_i32, parse_u32, parse_u64};
 use scan::{bytes_below, first_below, memchr, newline_or_nul, search_head, ONES};
 
@@ -231,6 +231,23 @@ fn parse_from(buf: &[u8], max_line: usize, searched: usize) -> Frame<'_> {
 /// newline or NUL.
 #[inline(always)]
 fn one_key_get(rest: &[u8]) -> Result<Frame<'_>, usize> {
+    let (key_len, consumed) = one_key_get_line(rest)?;
+    Ok(Frame::Line {
+        consumed: 4 + consumed,
+        parsed: Ok(Command::Get {
+            keys: Keys::one(&rest[..key_len]),
+            with_cas: false,
+            touch: None,
+        }),
+    })
+}
+
+/// [`one_key_get`]'s test, shared with the look-ahead (`crate::lookahead`), so that what it
+/// takes for a one-key get is exactly what the parser does: the key's length and the bytes
+/// `rest`'s line takes. The key is of legal length: its end is found among the first `SHORT`
+/// bytes (a longer key goes to the general path, which refuses it).
+#[inline(always)]
+pub(crate) fn one_key_get_line(rest: &[u8]) -> Result<(usize, usize), usize> {
     // Space, newline, NUL, and the other control bytes (tab and `\r` belong to a key, but are
     // rare enough to leave to the general path).
     let Some(end) = first_below(b'!', rest) else {
@@ -244,15 +261,11 @@ fn one_key_get(rest: &[u8]) -> Result<Frame<'_>, usize> {
     if end == 0 {
         return Err(0);
     }
-    Ok(Frame::Line {
-        consumed: 4 + consumed,
-        parsed: Ok(Command::Get {
-            keys: Keys::one(&rest[..end]),
-            with_cas: false,
-            touch: None,
-        }),
-    })
+    Ok((end, consumed))
 }
+
+// `one_key_get_line`'s keys are shorter than `SHORT`, so never too long.
+const _: () = assert!(scan::SHORT <= KEY_MAX_LENGTH);
 
 /// memcached lets only get/gets lines (after at most 100 leading spaces) run past 2048 bytes.
 fn may_grow_long(buf: &[u8], max_line: usize) -> bool {

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use tern_admin::{Command as Cmd, Outcome};
 use tern_proto::ascii::ShutdownMode;
 use tern_store::{
-    Arith, ArithError, Counted, Expiry, ItemView, Marks, Miss, Refused, Store, StoreOp,
-    StoreOutcome, MAX_RELATIVE_EXPTIME,
+    Arith, ArithError, Counted, Expiry, HashedKey, ItemView, Marks, Miss, ReadKey, Refused, Store,
+    StoreOp, StoreOutcome, MAX_RELATIVE_EXPTIME,
 };
 
 use crate::prefix_stats::PrefixEvent;
@@ -87,6 +87,27 @@ impl<'a> Ops<'a> {
         self.store().prefetch(keys);
     }
 
+    /// `key` hashed once, for read-ahead and then the get (see `tern_store::HashedKey`).
+    #[inline]
+    pub fn hash_key<'k>(&self, key: &'k [u8]) -> HashedKey<'k> {
+        self.store().hash_key(key)
+    }
+
+    /// Read-ahead's first stage (see `Store::prefetch_bucket`).
+    #[inline]
+    pub fn prefetch_bucket(&self, key: HashedKey<'_>) {
+        self.store().prefetch_bucket(key);
+    }
+
+    /// Read-ahead's second stage (see `Store::prefetch_items`).
+    #[inline]
+    pub fn prefetch_items<'h, 'k: 'h>(
+        &self,
+        keys: impl IntoIterator<Item = &'h mut HashedKey<'k>>,
+    ) {
+        self.store().prefetch_items(keys);
+    }
+
     /// Records one request (one key of a retrieval): its outcome count, and a place in the
     /// latency batch the connection times once its replies are written.
     #[inline]
@@ -142,23 +163,25 @@ impl<'a> Ops<'a> {
     /// A retrieval (one key of get/gets/gat/gats, or a touch): looks `key` up, sets its expiry
     /// when `touch` says so, and hands the item to `read` (under the shard lock).
     #[inline]
-    pub fn get<R>(
+    pub fn get<'k, R>(
         &self,
         cmd: Cmd,
-        key: &[u8],
+        key: impl ReadKey<'k>,
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
+        let hashed = key.hashed(self.store());
+        let key = hashed.bytes();
         let found = if self.shared.watchers.watching(Kind::Fetchers) {
             let mut size = 0;
-            let found = self.lookup(key, touch, |item| {
+            let found = self.lookup(hashed, touch, |item| {
                 size = item.value.len();
                 read(item)
             });
             self.log_fetch(key, found.is_ok(), size);
             found
         } else {
-            self.lookup(key, touch, read)
+            self.lookup(hashed, touch, read)
         };
         self.record_key(cmd, lookup_outcome(&found), key);
         self.prefix_lookup(cmd, key, found.is_ok());
@@ -168,7 +191,7 @@ impl<'a> Ops<'a> {
     #[inline]
     fn lookup<R>(
         &self,
-        key: &[u8],
+        key: HashedKey<'_>,
         touch: Option<Expiry>,
         read: impl FnOnce(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
