@@ -6,7 +6,7 @@ use arrayvec::ArrayVec;
 use tern_admin::Command as Cmd;
 use tern_proto::ascii::{self, AdminCommand, Command, Frame, Keys, StoreKind};
 use tern_proto::KEY_MAX_LENGTH;
-use tern_store::{Expiry, HashedKey, StoreOp};
+use tern_store::{Expiry, HashedKey, StoreOp, PREFETCH_MAX};
 
 use crate::framing::{After, Progress, Replies, Resume, Step};
 use crate::meta;
@@ -110,7 +110,8 @@ pub fn serve(
     progress
 }
 
-/// How many requests ahead a batch's gets are prefetched.
+/// How many requests one look reads ahead: memcached's default `-R`, so that a serve call
+/// under the default budget looks once.
 const READ_AHEAD: usize = 20;
 
 /// A batch's read-ahead: the keys of its next gets and sets, each hashed once, with their index
@@ -217,7 +218,7 @@ impl<'a> ReadAhead<'a> {
 /// first ones). Not inlined: a one-key get, the common case, should not carry it.
 #[inline(never)]
 fn read_ahead_keys(ops: &Ops<'_>, key: &[u8], rest: Keys<'_>) {
-    let mut ahead: [&[u8]; READ_AHEAD] = [&[]; READ_AHEAD];
+    let mut ahead: [&[u8]; PREFETCH_MAX] = [&[]; PREFETCH_MAX];
     let window = std::iter::once(key).chain(rest);
     let n = ahead
         .iter_mut()
@@ -427,7 +428,7 @@ fn get(
             first_key = key.as_ptr() as usize;
         } else {
             out.between_keys();
-            if i % READ_AHEAD == 0 {
+            if i % PREFETCH_MAX == 0 {
                 read_ahead_keys(ops, key, rest);
             }
             if out.backlogged() {
