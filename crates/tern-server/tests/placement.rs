@@ -108,8 +108,13 @@ fn impossible_placements_fail_at_start_with_a_message() {
         &["--numa-node", "63"],
         &["--pin", "x"],
     ] {
+        // A port of its own, not `-p 0`: this server listens before its placement fails. A
+        // port the kernel picked could be the one another test's server has just probed and
+        // not yet bound again with SO_REUSEPORT; both would then share it, and this server's
+        // exit would reset the other test's connections queued on its socket (seen in CI).
+        let port = tern_testkit::free_port().to_string();
         let out = std::process::Command::new(tern_testkit::tern_bin())
-            .args(["serve", "-l", "127.0.0.1", "-p", "0"])
+            .args(["serve", "-l", "127.0.0.1", "-p", &port])
             .args(args)
             .output()
             .unwrap();
