@@ -453,7 +453,7 @@ fn get(
             buf.extend_from_slice(ascii::BAD_FORMAT);
             return Step::Done(0);
         }
-        get_value(ops, cmd, ops.hash_key(key), expiry, with_cas, buf);
+        get_value(ops, cmd, key, expiry, with_cas, buf);
     }
     out.buf().extend_from_slice(ascii::END);
     Step::Done(0)
@@ -501,7 +501,7 @@ fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mu
 fn get_value(
     ops: &Ops<'_>,
     cmd: Cmd,
-    key: HashedKey<'_>,
+    key: &[u8],
     expiry: Option<Expiry>,
     with_cas: bool,
     buf: &mut Vec<u8>,
@@ -509,7 +509,7 @@ fn get_value(
     let _ = ops.get(cmd, key, expiry, |item| {
         ascii::encode_value(
             buf,
-            key.bytes(),
+            key,
             item.flags,
             item.value,
             with_cas.then(|| item.cas()),

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::index::{self, BUCKET_STRIDE};
+use crate::index::{self, BUCKET_STRIDE, NO_SLOT};
 use crate::segments::Loc;
-use crate::shard::{HashedKey, Padded, Shard};
+use crate::shard::{HashedKey, Key, Padded, Shard};
 use crate::Store;
 
 /// The most keys one `prefetch` call looks at.
@@ -50,7 +50,13 @@ impl Store {
     /// read: [`Store::prefetch_bucket`] for each, then [`Store::prefetch_items`].
     pub fn prefetch(&self, keys: &[&[u8]]) {
         let keys = &keys[..keys.len().min(PREFETCH_MAX)];
-        let mut hashed = [self.hash_key(&[]); PREFETCH_MAX];
+        // Slots past `keys.len()` are never read.
+        let unused = HashedKey {
+            shard: 0,
+            key: Key { bytes: &[], tag: 0 },
+            slot_hint: NO_SLOT,
+        };
+        let mut hashed = [unused; PREFETCH_MAX];
         for (slot, key) in hashed.iter_mut().zip(keys) {
             *slot = self.hash_key(key);
             self.prefetch_bucket(*slot);

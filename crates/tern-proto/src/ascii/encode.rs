@@ -30,18 +30,24 @@ pub fn encode_only_value(
     encode_value_then::<true>(out, key, flags, value, cas);
 }
 
-/// [`encode_value`], and `END\r\n` after it when `END`.
+/// The most bytes [`encode_value_then`] writes for `key` and `value`.
 #[inline(always)]
-fn encode_value_then<const END: bool>(
+fn value_room<const WITH_END: bool>(key: &[u8], value: &[u8]) -> usize {
+    VALUE_HEADER_ROOM + key.len() + value.len() + if WITH_END { 8 } else { 0 }
+}
+
+/// [`encode_value`], and `END\r\n` after it when `WITH_END`.
+#[inline(always)]
+fn encode_value_then<const WITH_END: bool>(
     out: &mut Vec<u8>,
     key: &[u8],
     flags: u32,
     value: &[u8],
     cas: Option<u64>,
 ) {
-    let room = VALUE_HEADER_ROOM + key.len() + value.len() + if END { 8 } else { 0 };
+    let room = value_room::<WITH_END>(key, value);
     if out.capacity() - out.len() < room {
-        return encode_value_after_growing::<END>(out, key, flags, value, cas);
+        return encode_value_after_growing::<WITH_END>(out, key, flags, value, cas);
     }
     let len = out.len();
     // SAFETY: `out` has room for `room` bytes past `len`, and the pieces below write within it:
@@ -62,7 +68,7 @@ fn encode_value_then<const END: bool>(
         }
         at = put_crlf(at);
         let mut end = put_crlf(at.add(value.len()));
-        if END {
+        if WITH_END {
             end = put_word(end, u64::from_le_bytes(*b"END\r\n\0\0\0"), 5);
         }
         let new_len = len + end.offset_from(start) as usize;
@@ -79,15 +85,15 @@ fn encode_value_then<const END: bool>(
 /// keeps no registers for a call to the allocator.
 #[cold]
 #[inline(never)]
-fn encode_value_after_growing<const END: bool>(
+fn encode_value_after_growing<const WITH_END: bool>(
     out: &mut Vec<u8>,
     key: &[u8],
     flags: u32,
     value: &[u8],
     cas: Option<u64>,
 ) {
-    out.reserve(VALUE_HEADER_ROOM + key.len() + value.len() + 8);
-    encode_value_then::<END>(out, key, flags, value, cas);
+    out.reserve(value_room::<WITH_END>(key, value));
+    encode_value_then::<WITH_END>(out, key, flags, value, cas);
 }
 
 /// Stores the eight bytes of `word` (little-endian) at `at` and moves on by `advance` of them.

@@ -395,6 +395,20 @@ impl<'a> Tokens<'a> {
     fn noreply(&self) -> bool {
         self.count >= 2 && self.tokens[self.count - 2] == b"noreply"
     }
+
+    /// The key (the token after the command); one longer than memcached allows is a bad
+    /// command line.
+    fn key(&self, noreply: bool) -> Result<&'a [u8], Rejection> {
+        let key = self.get(1);
+        if key.len() > KEY_MAX_LENGTH {
+            return Err(Rejection {
+                reply: BAD_FORMAT,
+                noreply,
+                hang_up: false,
+            });
+        }
+        Ok(key)
+    }
 }
 
 fn reject(reply: &'static [u8], noreply: bool) -> Result<Command<'static>, Rejection> {
@@ -549,10 +563,7 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
             };
             want(n == base || n == base + 1)?;
             let noreply = t.noreply();
-            let key = t.get(1);
-            if key.len() > KEY_MAX_LENGTH {
-                return reject(BAD_FORMAT, noreply);
-            }
+            let key = t.key(noreply)?;
             let (Some(flags), Some(exptime), Some(bytes)) = (
                 parse_u32(t.get(2)),
                 parse_i32(t.get(3)),
@@ -584,10 +595,7 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
         b"incr" | b"decr" => {
             want(n == 4 || n == 5)?;
             let noreply = t.noreply();
-            let key = t.get(1);
-            if key.len() > KEY_MAX_LENGTH {
-                return reject(BAD_FORMAT, noreply);
-            }
+            let key = t.key(noreply)?;
             let Some(delta) = parse_u64(t.get(2)) else {
                 return reject(BAD_DELTA, noreply);
             };
@@ -610,19 +618,13 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
                     return reject(BAD_DELETE, noreply);
                 }
             }
-            let key = t.get(1);
-            if key.len() > KEY_MAX_LENGTH {
-                return reject(BAD_FORMAT, noreply);
-            }
+            let key = t.key(noreply)?;
             Ok(Command::Delete { key, noreply })
         }
         b"touch" => {
             want(n == 4 || n == 5)?;
             let noreply = t.noreply();
-            let key = t.get(1);
-            if key.len() > KEY_MAX_LENGTH {
-                return reject(BAD_FORMAT, noreply);
-            }
+            let key = t.key(noreply)?;
             let Some(exptime) = parse_i32(t.get(2)) else {
                 return reject(BAD_EXPTIME, noreply);
             };
