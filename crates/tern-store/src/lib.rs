@@ -35,43 +35,26 @@
 //!   it, and `snapshot_meta` saves what lives beside the heap, so a restart restores every
 //!   live item (see `persist`).
 
-pub mod clock;
-mod config;
-mod dump;
-mod evict;
-mod flush;
-mod heap;
-mod index;
-mod item;
-mod memlimit;
-mod persist;
-mod pool;
-mod prefetch;
-mod read;
-mod runs;
-mod segments;
-mod shard;
-mod stats;
+mod mechanics;
 mod store;
-mod ttl;
-mod types;
-mod write;
 
 #[cfg(test)]
 mod tests;
 
-pub use clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
-pub use config::{shards_for, Config, Eviction, StoreError};
-pub use dump::{DumpCursor, ItemMeta};
-pub use heap::PageKind;
-pub use memlimit::MemoryLimitError;
-pub use persist::{Opened, Restored};
-pub use prefetch::PREFETCH_MAX;
-pub use shard::{HashedKey, ReadKey};
-pub use stats::StoreStats;
-pub use store::{EvictionObserver, Store};
-pub use types::{
+pub use mechanics::clock;
+pub use mechanics::clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
+pub use mechanics::config::{shards_for, Config, Eviction};
+pub use mechanics::error::StoreError;
+pub use mechanics::heap::PageKind;
+pub use mechanics::types::{
     Arith, ArithError, Counted, EvictedItem, Expiry, ItemView, Marks, Miss, Refused, StoreOp,
     StoreOutcome,
 };
-pub use write::parse_u64;
+pub use store::dump::{DumpCursor, ItemMeta};
+pub use store::key::{HashedKey, ReadKey};
+pub use store::memlimit::MemoryLimitError;
+pub use store::persist::{Opened, Restored};
+pub use store::prefetch::PREFETCH_MAX;
+pub use store::stats::StoreStats;
+pub use store::write::parse_u64;
+pub use store::{EvictionObserver, Store};
