@@ -8,7 +8,7 @@
 //! # Design (after Pelikan's segcache, NSDI'21)
 //! - The heap (`Config::heap_bytes`, memcached's `-m`) is one mapping made at start, cut into
 //!   equal segments. Items are appended log-style to a segment; an item carries a 4-23 byte
-//!   header (see `item.rs`) and nothing else.
+//!   header (see `mechanics/item.rs`) and nothing else.
 //! - The store is split into shards by key hash. A shard owns its own lock, hash index, TTL
 //!   groups and counters; segments move between shards only through a small free pool, taken
 //!   once per filled segment. A get locks one shard and writes only that shard's memory.
@@ -34,6 +34,12 @@
 //! - With a memory file (memcached's `-e`, `Store::open_file`) the heap is a shared mapping of
 //!   it, and `snapshot_meta` saves what lives beside the heap, so a restart restores every
 //!   live item (see `persist`).
+//!
+//! # Layers
+//! Two folders, imported in one direction only: `mechanics` (clock, settings, heap, segments,
+//! pool, items, index, TTL groups, shard state: the pieces, none of which knows the `Store`) and
+//! `store` (the `Store` and every operation on it, built from those pieces). A piece that needed
+//! the store would tie the two into one tangle again: it takes what it needs as arguments.
 
 mod mechanics;
 mod store;

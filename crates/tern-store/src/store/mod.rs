@@ -140,6 +140,7 @@ impl Store {
         self.segs.page_kind()
     }
 
+    /// The free pool, under its lock (see `mechanics/pool.rs`).
     pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock()
     }

@@ -1,5 +1,5 @@
-//! The store's counters: kept per shard under its lock (a command writes only its shard's),
-//! summed when `stats` asks.
+//! `stats`: the shards' counters (`mechanics/counters.rs`, each kept under its shard's lock)
+//! summed into one snapshot, with the pool's gauges beside them.
 
 use super::Store;
 use crate::mechanics::counters::Counters;
