@@ -8,7 +8,7 @@
 //! # Design (after Pelikan's segcache, NSDI'21)
 //! - The heap (`Config::heap_bytes`, memcached's `-m`) is one mapping made at start, cut into
 //!   equal segments. Items are appended log-style to a segment; an item carries a 4-23 byte
-//!   header (see `item.rs`) and nothing else.
+//!   header (see `mechanics/item.rs`) and nothing else.
 //! - The store is split into shards by key hash. A shard owns its own lock, hash index, TTL
 //!   groups and counters; segments move between shards only through a small free pool, taken
 //!   once per filled segment. A get locks one shard and writes only that shard's memory.
@@ -34,44 +34,33 @@
 //! - With a memory file (memcached's `-e`, `Store::open_file`) the heap is a shared mapping of
 //!   it, and `snapshot_meta` saves what lives beside the heap, so a restart restores every
 //!   live item (see `persist`).
+//!
+//! # Layers
+//! Two folders, imported in one direction only: `mechanics` (clock, settings, heap, segments,
+//! pool, items, index, TTL groups, shard state: the pieces, none of which knows the `Store`) and
+//! `store` (the `Store` and every operation on it, built from those pieces). A piece that needed
+//! the store would tie the two into one tangle again: it takes what it needs as arguments.
 
-pub mod clock;
-mod config;
-mod dump;
-mod evict;
-mod flush;
-mod heap;
-mod index;
-mod item;
-mod memlimit;
-mod persist;
-mod pool;
-mod prefetch;
-mod read;
-mod runs;
-mod segments;
-mod shard;
-mod stats;
+mod mechanics;
 mod store;
-mod ttl;
-mod types;
-mod write;
 
 #[cfg(test)]
 mod tests;
 
-pub use clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
-pub use config::{shards_for, Config, Eviction, StoreError};
-pub use dump::{DumpCursor, ItemMeta};
-pub use heap::PageKind;
-pub use memlimit::MemoryLimitError;
-pub use persist::{Opened, Restored};
-pub use prefetch::PREFETCH_MAX;
-pub use shard::{HashedKey, ReadKey};
-pub use stats::StoreStats;
-pub use store::{EvictionObserver, Store};
-pub use types::{
+pub use mechanics::clock;
+pub use mechanics::clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
+pub use mechanics::config::{shards_for, Config, Eviction};
+pub use mechanics::error::StoreError;
+pub use mechanics::heap::PageKind;
+pub use mechanics::types::{
     Arith, ArithError, Counted, EvictedItem, Expiry, ItemView, Marks, Miss, Refused, StoreOp,
     StoreOutcome,
 };
-pub use write::parse_u64;
+pub use store::dump::{DumpCursor, ItemMeta};
+pub use store::key::{HashedKey, ReadKey};
+pub use store::memlimit::MemoryLimitError;
+pub use store::persist::{Opened, Restored};
+pub use store::prefetch::PREFETCH_MAX;
+pub use store::stats::StoreStats;
+pub use store::write::parse_u64;
+pub use store::{EvictionObserver, Store};

@@ -20,19 +20,21 @@
 //! metadata goes and when the clean mark is cleared.
 
 use std::fs::{File, OpenOptions};
-use std::hash::{BuildHasher, RandomState};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::Geometry;
-use crate::heap::Heap;
-use crate::index::TAG_BITS;
-use crate::item;
-use crate::segments::{get32, Loc, SavedSeg, NO_SEGMENT};
-use crate::store::Store;
-use crate::ttl::GROUPS;
-use crate::{Clock, Config, Expiry, StoreError, UnixSecs};
+use super::Store;
+use crate::mechanics::clock::{Clock, UnixSecs};
+use crate::mechanics::config::{Config, Geometry};
+use crate::mechanics::error::StoreError;
+use crate::mechanics::hash_seeds::{hasher_of, random_seeds};
+use crate::mechanics::heap::Heap;
+use crate::mechanics::index::TAG_BITS;
+use crate::mechanics::item;
+use crate::mechanics::segments::{get32, Loc, SavedSeg, NO_SEGMENT, OFFSET_BITS, OWNER_PENDING};
+use crate::mechanics::ttl::GROUPS;
+use crate::mechanics::types::Expiry;
 
 const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
@@ -90,14 +92,6 @@ struct SavedShard {
     chains: Vec<Vec<u32>>,
     /// Packed `Loc`s of the live items.
     live: Vec<u64>,
-}
-
-pub(crate) fn random_seeds() -> [u64; 4] {
-    std::array::from_fn(|i| RandomState::new().hash_one(i))
-}
-
-pub(crate) fn hasher_of(seeds: [u64; 4]) -> ahash::RandomState {
-    ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3])
 }
 
 /// Runs `work` on every shard index, spread over the machine's cores.
@@ -332,7 +326,7 @@ impl Store {
     /// inside its head's run, same owner.
     fn consistent(&self, saved: &Saved, i: usize) -> bool {
         let seg = &saved.segs[i];
-        if seg.owner >= crate::segments::OWNER_PENDING {
+        if seg.owner >= OWNER_PENDING {
             return true;
         }
         let head = seg.head as usize;
@@ -399,7 +393,7 @@ impl Store {
         self.index_hints.refresh(sh);
         self.pool().uncharge_index(old);
         for &packed in &state.live {
-            if packed >> crate::segments::OFFSET_BITS == 0 {
+            if packed >> OFFSET_BITS == 0 {
                 return Err(format!("shard {id} lists an item at no segment"));
             }
             let loc = Loc::unpack(packed);
@@ -679,7 +673,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::{Miss, StoreOp, StoreOutcome};
+    use crate::mechanics::types::{Miss, StoreOp, StoreOutcome};
 
     const T0: UnixSecs = 1_700_000_000;
 

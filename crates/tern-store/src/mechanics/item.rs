@@ -15,6 +15,11 @@
 //!             key, value
 //! ```
 
+use super::types::Expiry;
+
+/// memcached's KEY_MAX_LENGTH: the longest key an item holds (its length is one byte).
+pub(crate) const MAX_KEY: usize = 250;
+
 pub(crate) const VLEN_WIDTH: u8 = 0b11;
 pub(crate) const HAS_FLAGS: u8 = 1 << 2;
 pub(crate) const HAS_EXPIRY: u8 = 1 << 3;
@@ -66,7 +71,7 @@ impl Header {
     }
 
     pub(crate) fn is_expired_at(&self, now: u32) -> bool {
-        crate::Expiry(self.expiry).is_expired_at(now)
+        Expiry(self.expiry).is_expired_at(now)
     }
 
     pub(crate) fn has(&self, bit: u8) -> bool {
@@ -268,7 +273,7 @@ pub(crate) fn parse_checked(item: &[u8]) -> Option<Header> {
         return None;
     }
     let h = parse(item);
-    (h.key_len > 0 && h.key_len <= crate::write::MAX_KEY && h.size() <= item.len()).then_some(h)
+    (h.key_len > 0 && h.key_len <= MAX_KEY && h.size() <= item.len()).then_some(h)
 }
 
 pub(crate) fn set_bits(item: &mut [u8], set: u8, clear: u8) {

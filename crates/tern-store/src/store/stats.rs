@@ -1,8 +1,9 @@
-//! The store's counters: kept per shard under its lock (a command writes only its shard's),
-//! summed when `stats` asks.
+//! `stats`: the shards' counters (`mechanics/counters.rs`, each kept under its shard's lock)
+//! summed into one snapshot, with the pool's gauges beside them.
 
-use crate::segments::get32;
-use crate::store::Store;
+use super::Store;
+use crate::mechanics::counters::Counters;
+use crate::mechanics::segments::get32;
 
 /// The store's counters for `stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,46 +33,6 @@ pub struct StoreStats {
     /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
     /// long an item that is not read again stays (memcached's `stats items` age); 0 when empty.
     pub oldest_item_age: u32,
-}
-
-/// One shard's counters.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) curr_items: u64,
-    pub(crate) bytes: u64,
-    pub(crate) item_bytes: u64,
-    pub(crate) total_items: u64,
-    pub(crate) evictions: u64,
-    pub(crate) reclaimed: u64,
-    pub(crate) expired_unfetched: u64,
-    pub(crate) evicted_unfetched: u64,
-    pub(crate) reclaimed_segments: u64,
-    pub(crate) merges: u64,
-}
-
-impl Counters {
-    fn add(&mut self, other: &Counters) {
-        self.curr_items += other.curr_items;
-        self.bytes += other.bytes;
-        self.item_bytes += other.item_bytes;
-        self.total_items += other.total_items;
-        self.evictions += other.evictions;
-        self.reclaimed += other.reclaimed;
-        self.expired_unfetched += other.expired_unfetched;
-        self.evicted_unfetched += other.evicted_unfetched;
-        self.reclaimed_segments += other.reclaimed_segments;
-        self.merges += other.merges;
-    }
-
-    /// Zeroes the cumulative counters, keeping the gauges.
-    fn reset_cumulative(&mut self) {
-        *self = Counters {
-            curr_items: self.curr_items,
-            bytes: self.bytes,
-            item_bytes: self.item_bytes,
-            ..Counters::default()
-        };
-    }
 }
 
 impl Store {

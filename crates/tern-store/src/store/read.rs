@@ -1,13 +1,14 @@
 //! Reads: get, get-and-touch, touch and the meta protocol's marked reads, all one path that
 //! hands a borrowed view of the item to the caller's closure under the shard's lock.
 
-use crate::item::{self, Header};
-use crate::segments::{get32, Loc};
-use crate::shard::{HashedKey, Key, ReadKey, Shard, Version};
-use crate::store::Store;
-use crate::ttl::raise_max_expiry;
-use crate::types::CasSource;
-use crate::{Expiry, ItemView, Marks, Miss, UnixSecs};
+use super::key::{HashedKey, Key, ReadKey};
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::item::{self, Header};
+use crate::mechanics::segments::{get32, Loc};
+use crate::mechanics::shard::{Shard, Version};
+use crate::mechanics::ttl::raise_max_expiry;
+use crate::mechanics::types::{CasSource, Expiry, ItemView, Marks, Miss};
 
 impl Store {
     /// Looks `key` up and hands the item to `read`.

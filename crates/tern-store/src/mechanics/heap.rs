@@ -5,7 +5,7 @@
 //! With a memory file (memcached's `-e`, see `persist`) the heap is a shared mapping of that
 //! file instead, so the items outlive the process.
 
-use crate::StoreError;
+use super::error::StoreError;
 
 /// How the heap's pages are backed, for the server's start-up log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

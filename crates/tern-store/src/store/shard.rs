@@ -1,202 +1,23 @@
-//! A shard: what its lock guards (index, TTL chains, counters), and the steps every command is
-//! made of: find an item, link or unlink one, reserve room for one, rewrite one.
+//! The steps every command is made of, each on one shard under its lock: find an item, link
+//! or unlink one, reserve room for one, rewrite one.
 
 use parking_lot::MutexGuard;
-use std::collections::VecDeque;
 
-use crate::index::{self, Index, NO_SLOT};
-use crate::item::{self, Header};
-use crate::segments::{get32, set32, Loc, Owner, NO_SEGMENT};
-use crate::stats::Counters;
-use crate::store::Store;
-use crate::ttl::{group_of, raise_max_expiry, GROUPS};
-use crate::{Miss, Refused, UnixSecs};
+use super::key::Key;
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::index::NO_SLOT;
+use crate::mechanics::item;
+use crate::mechanics::segments::{get32, set32, Loc, NO_SEGMENT};
+use crate::mechanics::shard::{Cause, Footprint, Found, Replaced, Shard, Version};
+use crate::mechanics::ttl::{group_of, raise_max_expiry};
+use crate::mechanics::types::{EvictedItem, Expiry, Miss, Refused};
 
 /// An item this close to a segment's size goes to the large-item path, so a rewrite that adds
 /// an expiry field and a kept CAS (a touch, 12 bytes) always fits an ordinary segment.
 const GROWTH_ROOM: usize = 16;
 
-pub(crate) struct Shard {
-    /// The right to this shard's segments' bytes (see `segments`).
-    pub(crate) owner: Owner,
-    pub(crate) index: Index,
-    /// Segments of each TTL group, oldest first; the last may be the group's `active` one.
-    pub(crate) chains: [VecDeque<u32>; GROUPS],
-    /// The segment each TTL group appends to, or `NO_SEGMENT`.
-    pub(crate) active: [u32; GROUPS],
-    /// The `flush_all` generation this shard has applied.
-    pub(crate) flush_seq: u32,
-    pub(crate) counters: Counters,
-    /// Reused buffer for values built from an older version (see `rewrite`).
-    scratch: Vec<u8>,
-    /// Segments this shard has emptied, to hand back to the pool (or keep one).
-    pub(crate) freed: Vec<u32>,
-    /// Bumped whenever items leave the index other than by `unlink` of a known item (eviction,
-    /// reclaim, merge, flush): a `Found` taken before is still exact while this is unchanged.
-    pub(crate) churn: u64,
-    pub(crate) rng: u64,
-}
-
-impl Shard {
-    pub(crate) fn new(id: u32, rng_seed: u64) -> Shard {
-        Shard {
-            owner: Owner::new(id),
-            index: Index::new(),
-            chains: std::array::from_fn(|_| VecDeque::new()),
-            active: [NO_SEGMENT; GROUPS],
-            flush_seq: 0,
-            counters: Counters::default(),
-            scratch: Vec::new(),
-            freed: Vec::new(),
-            churn: 0,
-            rng: rng_seed,
-        }
-    }
-}
-
-/// Keeps each shard's lock on its own cache lines.
-#[repr(align(128))]
-pub(crate) struct Padded<T>(pub(crate) T);
-
-/// A key with its index tag, hashed once per command.
-#[derive(Clone, Copy)]
-pub(crate) struct Key<'a> {
-    pub(crate) bytes: &'a [u8],
-    pub(crate) tag: u32,
-}
-
-/// A key hashed by a store: the shard it lives in and its index tag, worked out once. A
-/// pipelined batch's read-ahead hashes each key (to start loading its index bucket), and the
-/// get that follows reuses the hash. It is only made by [`Store::hash_key`], and a store keeps
-/// its hash seeds for life, so a `HashedKey` always names its key's place in that store (a
-/// server has one store).
-#[derive(Clone, Copy)]
-pub struct HashedKey<'a> {
-    pub(crate) shard: usize,
-    pub(crate) key: Key<'a>,
-    /// The index slot where read-ahead saw the key's tag, tried first by the read (see
-    /// `Index::find_hinted`); [`NO_SLOT`] when there is none.
-    pub(crate) slot_hint: u32,
-}
-
-impl<'a> HashedKey<'a> {
-    pub fn bytes(&self) -> &'a [u8] {
-        self.key.bytes
-    }
-}
-
-/// The key of a read: its bytes, hashed by the read, or a [`HashedKey`] hashed already.
-pub trait ReadKey<'a>: Copy {
-    fn hashed(self, store: &Store) -> HashedKey<'a>;
-}
-
-impl<'a, T: AsRef<[u8]> + ?Sized> ReadKey<'a> for &'a T {
-    #[inline(always)]
-    fn hashed(self, store: &Store) -> HashedKey<'a> {
-        store.hash_key(self.as_ref())
-    }
-}
-
-impl<'a> ReadKey<'a> for HashedKey<'a> {
-    #[inline(always)]
-    fn hashed(self, _: &Store) -> HashedKey<'a> {
-        self
-    }
-}
-
-/// An item the index points at, as looked up under the shard's lock.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Found {
-    pub(crate) slot: usize,
-    pub(crate) loc: Loc,
-    pub(crate) hdr: Header,
-}
-
-/// What linking an item counts of it: its key and value bytes, its whole size and its deadline
-/// (0 = never). Three words, where passing the whole header went through memory.
-#[derive(Clone, Copy)]
-pub(crate) struct Footprint {
-    pub(crate) data_len: usize,
-    pub(crate) size: usize,
-    pub(crate) expiry: u32,
-}
-
-/// What replacing an item needs of it: its index slot, its segment, its footprint and its
-/// fetched mark. Taken from a `Found` before a write makes room, so that the `Found` a set
-/// looked up is never merged whole with one looked up again (which stored all its fields).
-#[derive(Clone, Copy)]
-pub(crate) struct Replaced {
-    slot: usize,
-    seg: u32,
-    footprint: Footprint,
-    fetched: bool,
-}
-
-impl Replaced {
-    #[inline(always)]
-    pub(crate) fn of(found: Found) -> Replaced {
-        Replaced {
-            slot: found.slot,
-            seg: found.loc.seg,
-            footprint: found.hdr.footprint(),
-            fetched: found.hdr.has(item::FETCHED),
-        }
-    }
-}
-
-impl Header {
-    #[inline(always)]
-    pub(crate) fn footprint(&self) -> Footprint {
-        Footprint {
-            data_len: self.key_len + self.value_len,
-            size: self.size(),
-            expiry: self.expiry,
-        }
-    }
-}
-
-/// Why an item leaves the index, for the counters.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cause {
-    /// Deleted or replaced: no counter.
-    Gone,
-    Evicted,
-    Expired,
-}
-
-/// The header fields of an item version about to be written.
-#[derive(Clone, Copy)]
-pub(crate) struct Version {
-    pub(crate) flags: u32,
-    /// 0 = never.
-    pub(crate) expiry: u32,
-    /// The CAS unique to keep (a touch's rewrite); `None` takes the new place's.
-    pub(crate) cas: Option<u64>,
-    /// State bits carried over from the version it replaces.
-    pub(crate) keep_bits: u8,
-}
-
 impl Store {
-    #[inline]
-    pub(crate) fn hash<'k>(&self, key: &'k [u8]) -> (usize, Key<'k>) {
-        let hash = self.hasher.hash_one(key);
-        // Tag 0 is folded into 1: an empty index slot is all zero bits.
-        let tag = ((hash >> (64 - index::TAG_BITS)) as u32).max(1);
-        let shard = hash as usize & (self.shards.len() - 1);
-        (shard, Key { bytes: key, tag })
-    }
-
-    /// `key` hashed, for a read to take later (see [`HashedKey`]).
-    #[inline]
-    pub fn hash_key<'k>(&self, key: &'k [u8]) -> HashedKey<'k> {
-        let (shard, key) = self.hash(key);
-        HashedKey {
-            shard,
-            key,
-            slot_hint: NO_SLOT,
-        }
-    }
-
     #[inline]
     pub(crate) fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
         self.shards[shard].0.lock()
@@ -323,10 +144,10 @@ impl Store {
             let meta = self.segs.meta(found.loc.seg);
             let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
             let h = found.hdr;
-            observe(crate::EvictedItem {
+            observe(EvictedItem {
                 key: h.key(item),
                 fetched: h.has(item::FETCHED),
-                expiry: crate::Expiry(h.expiry),
+                expiry: Expiry(h.expiry),
                 last_access: get32(&meta.created) + item::decode_age(h.access),
             });
         }

@@ -2,11 +2,12 @@
 //! a step at a time, each under one shard's lock for a bounded number of items, so a dump of a
 //! large cache never holds a lock for long.
 
-use crate::index::TAG_BITS;
-use crate::item;
-use crate::segments::{get32, Loc};
-use crate::store::Store;
-use crate::{Expiry, UnixSecs};
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::index::TAG_BITS;
+use crate::mechanics::item;
+use crate::mechanics::segments::{get32, Loc};
+use crate::mechanics::types::Expiry;
 
 const TAGS: u32 = 1 << TAG_BITS;
 

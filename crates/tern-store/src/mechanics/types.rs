@@ -1,7 +1,7 @@
 //! The values the API takes and gives: expiry, item views, outcomes and errors.
 
-use crate::clock::{UnixSecs, MAX_RELATIVE_EXPTIME};
-use crate::segments::{Loc, Segments};
+use super::clock::{UnixSecs, MAX_RELATIVE_EXPTIME};
+use super::segments::{Loc, Segments};
 
 /// When an item stops being served: never, or at a deadline in unix seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,7 +63,7 @@ pub struct ItemView<'a> {
     /// Last access before this read, in unix seconds; coarse: exact for 32 s after the
     /// item's segment was opened, then within 25% of the segment's age (meta's `l`).
     pub last_access: UnixSecs,
-    /// Marked stale by [`Store::invalidate`](crate::Store::invalidate) (meta's `X`).
+    /// Marked stale by `Store::invalidate` (meta's `X`).
     pub stale: bool,
     /// A win token was already handed out for this item (meta's `Z`).
     pub win_sent: bool,
@@ -93,7 +93,7 @@ impl std::fmt::Debug for CasSource<'_> {
 }
 
 /// The per-item marks the meta protocol sets for invalidation and anti-stampede; a
-/// [`Store::get_marked`](crate::Store::get_marked) reader may change them and they are written
+/// `Store::get_marked` reader may change them and they are written
 /// back with the read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Marks {

@@ -4,12 +4,14 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::item::{self, Header};
-use crate::segments::{get32, set32, Loc, NO_SEGMENT};
-use crate::shard::{Cause, Found, Shard};
-use crate::store::Store;
-use crate::ttl::{expiry_rank, GROUPS};
-use crate::{Eviction, Expiry, UnixSecs};
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::config::Eviction;
+use crate::mechanics::item::{self, Header};
+use crate::mechanics::segments::{get32, set32, Loc, NO_SEGMENT};
+use crate::mechanics::shard::{Cause, Found, Shard};
+use crate::mechanics::ttl::{expiry_rank, GROUPS};
+use crate::mechanics::types::Expiry;
 
 /// Segments compacted into one by a merge eviction.
 const MERGE_SEGMENTS: usize = 4;

@@ -1,52 +1,15 @@
 //! `flush_all`: one global mark (deadline and generation) that each shard applies itself, on
 //! its first operation once the deadline has come, so a flush never stops the world.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
-use parking_lot::Mutex;
-
-use crate::segments::{get32, NO_SEGMENT};
-use crate::shard::{Key, Shard};
-use crate::store::Store;
-use crate::ttl::GROUPS;
-use crate::{Miss, UnixSecs};
-
-pub(crate) struct Flush {
-    /// The latest `flush_all`: deadline (high 32 bits) and generation (low 32 bits).
-    mark: AtomicU64,
-    /// Serialises `flush_all`s, so a new mark never overtakes the catch-up of an older one.
-    serial: Mutex<()>,
-}
-
-impl Flush {
-    pub(crate) fn new() -> Flush {
-        Flush {
-            mark: AtomicU64::new(0),
-            serial: Mutex::new(()),
-        }
-    }
-
-    /// The latest `flush_all` mark, saved across a restart (`persist`).
-    pub(crate) fn mark(&self) -> u64 {
-        self.mark.load(Relaxed)
-    }
-
-    pub(crate) fn restore_mark(&self, mark: u64) {
-        self.mark.store(mark, Relaxed);
-    }
-
-    /// The generation a shard that has applied `applied` must apply at `now`, if any.
-    #[inline]
-    fn due(&self, applied: u32, now: UnixSecs) -> Option<u32> {
-        let mark = self.mark.load(Relaxed);
-        let (at, seq) = ((mark >> 32) as u32, mark as u32);
-        // One test while no flush is pending (this shard applied the latest).
-        if seq == applied {
-            return None;
-        }
-        (at <= now).then_some(seq)
-    }
-}
+use super::key::Key;
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::segments::{get32, NO_SEGMENT};
+use crate::mechanics::shard::Shard;
+use crate::mechanics::ttl::GROUPS;
+use crate::mechanics::types::Miss;
 
 impl Store {
     /// Applies a `flush_all` that has come due for this shard; reports `Flushed` when `key`

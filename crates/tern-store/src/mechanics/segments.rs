@@ -17,9 +17,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::heap::{Heap, PageKind};
-use crate::pool::Pool;
-use crate::UnixSecs;
+use super::clock::UnixSecs;
+use super::heap::{Heap, PageKind};
+use super::pool::Pool;
 
 /// Bits of an item location's byte offset: the largest segment is 1 MiB.
 pub(crate) const OFFSET_BITS: u32 = 20;
@@ -47,6 +47,13 @@ impl Loc {
             off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
         }
     }
+}
+
+/// Segments reserved for one large item: `len` of them from `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) start: u32,
+    pub(crate) len: usize,
 }
 
 /// Per-segment bookkeeping, beside the heap rather than in it. Fields are atomics only so the

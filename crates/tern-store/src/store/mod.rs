@@ -1,18 +1,42 @@
-//! The store itself: what it is made of, and how it is built from a `Config`.
+//! The top layer: the `Store` (what it is made of, and how it is built from a `Config`) and
+//! every operation on it, one file each: reads, writes, large items (`runs`), `flush_all`, the
+//! memory limit, warm restart (`persist`), `lru_crawler metadump` (`dump`), eviction,
+//! read-ahead (`prefetch`), the steps commands share (`shard`, `ttl`, `key`) and `stats`.
+//!
+//! Built on `crate::mechanics` and importing from nowhere else in the crate; nothing below
+//! imports from here. This file imports none of its submodules either (they all import
+//! `Store` from it), so no two files here import each other.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use crate::config::Geometry;
-use crate::flush::Flush;
-use crate::heap::{Heap, PageKind};
-use crate::pool::Pool;
-use crate::prefetch::IndexHints;
-use crate::segments::Segments;
-use crate::shard::{Padded, Shard};
-use crate::{Clock, Config, EvictedItem, StoreError};
+use crate::mechanics::clock::Clock;
+use crate::mechanics::config::{Config, Geometry};
+use crate::mechanics::error::StoreError;
+use crate::mechanics::flush_mark::Flush;
+use crate::mechanics::hash_seeds;
+use crate::mechanics::heap::{Heap, PageKind};
+use crate::mechanics::index_hints::IndexHints;
+use crate::mechanics::pool::Pool;
+use crate::mechanics::segments::Segments;
+use crate::mechanics::shard::{Padded, Shard};
+use crate::mechanics::types::EvictedItem;
+
+pub(crate) mod dump;
+pub(crate) mod evict;
+pub(crate) mod flush;
+pub(crate) mod key;
+pub(crate) mod memlimit;
+pub(crate) mod persist;
+pub(crate) mod prefetch;
+pub(crate) mod read;
+pub(crate) mod runs;
+pub(crate) mod shard;
+pub(crate) mod stats;
+pub(crate) mod ttl;
+pub(crate) mod write;
 
 /// The store. `Sync`: share one behind an `Arc` across worker threads.
 pub struct Store {
@@ -44,13 +68,13 @@ impl Store {
             config.large_pages,
             config.lock_memory,
         )?;
-        let seeds = crate::persist::random_seeds();
+        let seeds = hash_seeds::random_seeds();
         Ok(Store::with_heap(
             config,
             clock,
             &geometry,
             heap,
-            crate::persist::hasher_of(seeds),
+            hash_seeds::hasher_of(seeds),
             seeds,
         ))
     }
@@ -114,5 +138,10 @@ impl Store {
     /// How the heap's pages are backed.
     pub fn page_kind(&self) -> PageKind {
         self.segs.page_kind()
+    }
+
+    /// The free pool, under its lock (see `mechanics/pool.rs`).
+    pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock()
     }
 }

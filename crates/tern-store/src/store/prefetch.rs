@@ -3,47 +3,15 @@
 //! instead of following one another. With 100,000 keys of 256 bytes a get's misses (its index
 //! bucket, then its item) cost several times all its instructions.
 
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
-
-use crate::index::{self, BUCKET_STRIDE, NO_SLOT};
-use crate::segments::Loc;
-use crate::shard::{HashedKey, Key, Padded, Shard};
-use crate::Store;
+use super::key::{HashedKey, Key};
+use super::Store;
+use crate::mechanics::index::{self, BUCKET_STRIDE, NO_SLOT};
+use crate::mechanics::segments::Loc;
 
 /// The most keys one `prefetch` call looks at.
 pub const PREFETCH_MAX: usize = 16;
-
-/// Per shard, where its index table is and how many buckets it has, set under the shard's lock
-/// whenever the table is rebuilt and read without it: a prefetch from a hint that a rebuild
-/// has just made stale only loads a useless line (a prefetch never faults).
-pub(crate) struct IndexHints(Box<[Hint]>);
-
-#[derive(Default)]
-struct Hint {
-    table: AtomicPtr<u8>,
-    buckets: AtomicUsize,
-}
-
-impl IndexHints {
-    /// Hints naming each shard's first index table.
-    pub(crate) fn new(shards: &[Padded<Mutex<Shard>>]) -> IndexHints {
-        let hints = IndexHints(shards.iter().map(|_| Hint::default()).collect());
-        for shard in shards {
-            hints.refresh(&shard.0.lock());
-        }
-        hints
-    }
-
-    /// Records where `sh`'s index table is now (after a rebuild, under the shard's lock).
-    pub(crate) fn refresh(&self, sh: &Shard) {
-        let (table, buckets) = sh.index.table();
-        let hint = &self.0[sh.owner.id() as usize];
-        hint.table.store(table.cast_mut(), Ordering::Relaxed);
-        hint.buckets.store(buckets, Ordering::Relaxed);
-    }
-}
 
 impl Store {
     /// Starts loading what gets or sets of `keys` (at most [`PREFETCH_MAX`] are looked at) will
@@ -122,8 +90,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::BUCKET_STRIDE;
-    use crate::index::NO_SLOT;
-    use crate::{Clock, Config, Expiry, HashedKey, Store, StoreOp};
+    use crate::mechanics::clock::Clock;
+    use crate::mechanics::config::Config;
+    use crate::mechanics::index::NO_SLOT;
+    use crate::mechanics::types::{Expiry, StoreOp};
+    use crate::store::key::HashedKey;
+    use crate::store::Store;
 
     fn key(i: usize) -> Vec<u8> {
         format!("key:{i:08}").into_bytes()

@@ -4,10 +4,6 @@
 //! the way it would in a full heap, and charges the shards' indexes to that limit: each
 //! segment's worth of index is one segment fewer that items may use (see `Store::grow_index`).
 
-use parking_lot::MutexGuard;
-
-use crate::store::Store;
-
 pub(crate) struct Pool {
     free: Vec<u64>,
     /// Reserved for a large item being made room for: never handed out, even once free.
@@ -271,12 +267,6 @@ impl Pool {
                 self.cold_count += 1;
             }
         }
-    }
-}
-
-impl Store {
-    pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
-        self.pool.lock()
     }
 }
 

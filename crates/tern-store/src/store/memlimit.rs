@@ -11,12 +11,12 @@
 //! refuses the write (out of memory), it never drops an accepted item. A table left sparse by
 //! evictions shrinks (`shrink_index`), so room the index no longer needs goes back to items.
 
-use crate::item;
-use crate::pool::Pool;
-use crate::shard::Shard;
-use crate::store::Store;
-use crate::write::MAX_KEY;
-use crate::{Eviction, UnixSecs};
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::config::Eviction;
+use crate::mechanics::item::{self, MAX_KEY};
+use crate::mechanics::pool::Pool;
+use crate::mechanics::shard::Shard;
 
 /// memcached's floor: "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m".
 const MIN_LIMIT_BYTES: usize = 8 << 20;
@@ -217,7 +217,10 @@ impl Store {
 mod tests {
     use std::sync::Arc;
 
-    use crate::{Clock, Config, Eviction, Expiry, Store, StoreOp, StoreOutcome};
+    use crate::mechanics::clock::Clock;
+    use crate::mechanics::config::{Config, Eviction};
+    use crate::mechanics::types::{Expiry, StoreOp, StoreOutcome};
+    use crate::store::Store;
 
     /// Segments with any page in memory, and whether every free one has none.
     fn residency(s: &Store) -> (usize, bool) {

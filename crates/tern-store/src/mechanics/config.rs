@@ -1,7 +1,8 @@
 //! Store settings, and the heap geometry (shards, segment size, segment count) they come to.
 
-use crate::index;
-use crate::segments::OFFSET_BITS;
+use super::error::StoreError;
+use super::index;
+use super::segments::OFFSET_BITS;
 
 /// What to do when the heap is full and a write needs room.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,14 +70,6 @@ impl Default for Config {
             lock_memory: false,
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("invalid store configuration: {0}")]
-    Config(String),
-    #[error("{0}")]
-    Lock(String),
 }
 
 const MIN_SEGMENT: usize = 4 << 10;

@@ -1,20 +1,15 @@
 //! Large items: an item larger than a segment takes a run of contiguous segments of the same
 //! heap, found free in the pool or made by emptying a window of the heap, shard by shard.
 
-use crate::item;
-use crate::segments::{get32, Loc};
-use crate::shard::{Footprint, Key, Replaced, Shard, Version};
-use crate::store::Store;
-use crate::ttl::group_of;
-use crate::write::NewValue;
-use crate::{Eviction, UnixSecs};
-
-/// Segments reserved for one large item: `len` of them from `start`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
-    pub(crate) start: u32,
-    pub(crate) len: usize,
-}
+use super::key::Key;
+use super::write::NewValue;
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::config::Eviction;
+use crate::mechanics::item;
+use crate::mechanics::segments::{get32, Loc, Run};
+use crate::mechanics::shard::{Footprint, Replaced, Shard, Version};
+use crate::mechanics::ttl::group_of;
 
 impl Store {
     /// A run of `len` contiguous segments for a large item, evicting whatever holds a window of

@@ -1,14 +1,13 @@
 //! Writes: set/add/replace/append/prepend/cas, delete, incr/decr and invalidate. Each checks
 //! and changes under one shard lock, so a CAS condition and the change it guards are one step.
 
-use crate::item;
-use crate::runs::Run;
-use crate::shard::{Cause, Found, Key, Shard, Version};
-use crate::store::Store;
-use crate::{Arith, ArithError, Counted, Expiry, Refused, StoreOp, StoreOutcome, UnixSecs};
-
-/// memcached's KEY_MAX_LENGTH.
-pub(crate) const MAX_KEY: usize = 250;
+use super::key::Key;
+use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::item::{self, MAX_KEY};
+use crate::mechanics::segments::Run;
+use crate::mechanics::shard::{Cause, Found, Shard, Version};
+use crate::mechanics::types::{Arith, ArithError, Counted, Expiry, Refused, StoreOp, StoreOutcome};
 
 /// A write's value: the request's bytes, or those joined to the item's stored value.
 #[derive(Clone, Copy)]

@@ -1,0 +1,11 @@
+//! The store's error: a configuration it cannot lay out, or a heap it cannot map or lock. A
+//! module of its own, below both the heap (which fails with it) and the settings (`config`,
+//! which need the segments and so the heap): with either, the two would import each other.
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Lock(String),
+}

@@ -1,0 +1,125 @@
+//! A shard: what its lock guards (index, TTL chains, counters, freed segments), and the plain
+//! values its steps pass around (an item found, what linking one counts, a version to write).
+//! The steps themselves work on a `Store` and live in `store/shard.rs`.
+
+use std::collections::VecDeque;
+
+use super::counters::Counters;
+use super::index::Index;
+use super::item::{self, Header};
+use super::segments::{Loc, Owner, NO_SEGMENT};
+use super::ttl::GROUPS;
+
+pub(crate) struct Shard {
+    /// The right to this shard's segments' bytes (see `segments`).
+    pub(crate) owner: Owner,
+    pub(crate) index: Index,
+    /// Segments of each TTL group, oldest first; the last may be the group's `active` one.
+    pub(crate) chains: [VecDeque<u32>; GROUPS],
+    /// The segment each TTL group appends to, or `NO_SEGMENT`.
+    pub(crate) active: [u32; GROUPS],
+    /// The `flush_all` generation this shard has applied.
+    pub(crate) flush_seq: u32,
+    pub(crate) counters: Counters,
+    /// Reused buffer for values built from an older version (see `rewrite`).
+    pub(crate) scratch: Vec<u8>,
+    /// Segments this shard has emptied, to hand back to the pool (or keep one).
+    pub(crate) freed: Vec<u32>,
+    /// Bumped whenever items leave the index other than by `unlink` of a known item (eviction,
+    /// reclaim, merge, flush): a `Found` taken before is still exact while this is unchanged.
+    pub(crate) churn: u64,
+    pub(crate) rng: u64,
+}
+
+impl Shard {
+    pub(crate) fn new(id: u32, rng_seed: u64) -> Shard {
+        Shard {
+            owner: Owner::new(id),
+            index: Index::new(),
+            chains: std::array::from_fn(|_| VecDeque::new()),
+            active: [NO_SEGMENT; GROUPS],
+            flush_seq: 0,
+            counters: Counters::default(),
+            scratch: Vec::new(),
+            freed: Vec::new(),
+            churn: 0,
+            rng: rng_seed,
+        }
+    }
+}
+
+/// Keeps each shard's lock on its own cache lines.
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+/// An item the index points at, as looked up under the shard's lock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub(crate) slot: usize,
+    pub(crate) loc: Loc,
+    pub(crate) hdr: Header,
+}
+
+/// What linking an item counts of it: its key and value bytes, its whole size and its deadline
+/// (0 = never). Three words, where passing the whole header went through memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Footprint {
+    pub(crate) data_len: usize,
+    pub(crate) size: usize,
+    pub(crate) expiry: u32,
+}
+
+/// What replacing an item needs of it: its index slot, its segment, its footprint and its
+/// fetched mark. Taken from a `Found` before a write makes room, so that the `Found` a set
+/// looked up is never merged whole with one looked up again (which stored all its fields).
+#[derive(Clone, Copy)]
+pub(crate) struct Replaced {
+    pub(crate) slot: usize,
+    pub(crate) seg: u32,
+    pub(crate) footprint: Footprint,
+    pub(crate) fetched: bool,
+}
+
+impl Replaced {
+    #[inline(always)]
+    pub(crate) fn of(found: Found) -> Replaced {
+        Replaced {
+            slot: found.slot,
+            seg: found.loc.seg,
+            footprint: found.hdr.footprint(),
+            fetched: found.hdr.has(item::FETCHED),
+        }
+    }
+}
+
+impl Header {
+    #[inline(always)]
+    pub(crate) fn footprint(&self) -> Footprint {
+        Footprint {
+            data_len: self.key_len + self.value_len,
+            size: self.size(),
+            expiry: self.expiry,
+        }
+    }
+}
+
+/// Why an item leaves the index, for the counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Deleted or replaced: no counter.
+    Gone,
+    Evicted,
+    Expired,
+}
+
+/// The header fields of an item version about to be written.
+#[derive(Clone, Copy)]
+pub(crate) struct Version {
+    pub(crate) flags: u32,
+    /// 0 = never.
+    pub(crate) expiry: u32,
+    /// The CAS unique to keep (a touch's rewrite); `None` takes the new place's.
+    pub(crate) cas: Option<u64>,
+    /// State bits carried over from the version it replaces.
+    pub(crate) keep_bits: u8,
+}
