@@ -4,6 +4,9 @@
 //! [`Settings`] the server runs with. The command line wins over the memcached.conf, which wins
 //! over the TOML file, which wins over the defaults. memcached options that mean nothing to
 //! tern are accepted and listed in `Settings::ignored` for one start-up warning (`ignored`).
+//!
+//! The bottom layer: parsing the options is start-up's work, but its product, [`Settings`], is
+//! read by every layer, so it sits below them all and imports nothing from the crate.
 
 mod args;
 mod extended;

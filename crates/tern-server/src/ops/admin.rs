@@ -9,7 +9,7 @@ use tern_admin::{Command as Cmd, Outcome};
 use tern_store::DumpCursor;
 
 use super::Ops;
-use crate::watch::LoggedKey;
+use crate::state::watch::LoggedKey;
 
 /// Items a metadump step lists under one shard's lock.
 const DUMP_STEP: usize = 256;
@@ -128,7 +128,7 @@ impl Ops<'_> {
                 "CLIENT_ERROR watch commands not allowed",
             ))
         } else {
-            crate::watch::parse_kinds(words).ok_or(AdminReply::Error)
+            crate::state::watch::parse_kinds(words).ok_or(AdminReply::Error)
         };
         self.admin_reply(match &kinds {
             Ok(_) => AdminReply::Ok,
@@ -212,7 +212,7 @@ mod tests {
 
     use super::*;
     use crate::config::Settings;
-    use crate::shared::Shared;
+    use crate::state::shared::Shared;
 
     fn shared() -> Shared {
         let store = Store::new(Config::default(), Arc::new(Clock::manual(1_700_000_000))).unwrap();

@@ -7,6 +7,9 @@
 //!
 //! No I/O and no allocation on the get/set path: a get hands the item to the caller's encoder
 //! under the shard lock.
+//!
+//! The layer between the wire formats and the shared state: it imports `state` and `config`
+//! only, never `wire`, `transport` or `startup`.
 
 use std::sync::atomic::Ordering;
 
@@ -17,10 +20,10 @@ use tern_store::{
     StoreOp, StoreOutcome, MAX_RELATIVE_EXPTIME,
 };
 
-use crate::prefix_stats::PrefixEvent;
-use crate::recording::WorkerState;
-use crate::shared::Shared;
-use crate::watch::{Kind, LoggedKey};
+use crate::state::prefix_stats::PrefixEvent;
+use crate::state::recording::WorkerState;
+use crate::state::shared::Shared;
+use crate::state::watch::{Kind, LoggedKey};
 
 mod admin;
 mod stats;

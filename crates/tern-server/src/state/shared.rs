@@ -13,14 +13,13 @@ use tern_admin::{
 };
 use tern_store::{Store, UnixSecs};
 
-use crate::auth::AuthFile;
 use crate::config::Settings;
-use crate::conn_table::{ConnEntry, ConnTables};
-use crate::net::{Listener, Stream};
-use crate::prefix_stats::PrefixStats;
-use crate::recording::WorkerState;
-use crate::tls::Tls;
-use crate::watch::Watchers;
+use crate::state::conn_table::{ConnEntry, ConnTables};
+use crate::state::credentials::AuthFile;
+use crate::state::prefix_stats::PrefixStats;
+use crate::state::recording::WorkerState;
+use crate::state::tls_config::Tls;
+use crate::state::watch::{Peer, Watchers};
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
 pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
@@ -89,28 +88,30 @@ impl Shared {
     }
 
     /// Lists `worker`'s listeners for `stats conns`.
-    pub fn list_listeners(&self, worker: usize, listeners: &[Listener]) {
-        let entries = listeners
-            .iter()
-            .filter_map(|l| ConnEntry::listener(l, self.started));
+    pub fn list_listeners(&self, worker: usize, entries: impl IntoIterator<Item = ConnEntry>) {
         self.conn_table(worker).extend(entries);
     }
 
-    /// Lists a client `worker` took in for `stats conns` and tells watchers (`conn_new`): its
-    /// descriptor, and the clock of its last command, which the worker keeps up to date.
-    pub fn list_client(&self, worker: usize, stream: &Stream) -> (i32, Arc<AtomicU32>) {
-        let entry = ConnEntry::client(stream, self.store.clock().now());
+    /// Lists a client `worker` took in for `stats conns` and tells watchers (`conn_new`, with
+    /// `peer`): its descriptor, and the clock of its last command, which the worker keeps up
+    /// to date.
+    pub fn list_client(
+        &self,
+        worker: usize,
+        entry: ConnEntry,
+        peer: impl FnOnce() -> Peer,
+    ) -> (i32, Arc<AtomicU32>) {
         let activity = (entry.fd, entry.last_cmd.clone());
         self.conn_table(worker).push(entry);
-        self.watchers.conn_event(stream, activity.0, "conn_new", "");
+        self.watchers.conn_event(peer, activity.0, "conn_new", "");
         activity
     }
 
     /// Undoes [`Shared::list_client`] and [`Shared::reserve_connection`] as a client's
     /// connection closes, before its descriptor does (and can be reused).
-    pub fn unlist_client(&self, worker: usize, stream: &Stream, fd: i32) {
+    pub fn unlist_client(&self, worker: usize, fd: i32, peer: impl FnOnce() -> Peer) {
         self.watchers
-            .conn_event(stream, fd, "conn_close", " reason=normal");
+            .conn_event(peer, fd, "conn_close", " reason=normal");
         self.conn_table(worker).retain(|e| e.fd != fd);
         self.unreserve_connection(worker);
     }

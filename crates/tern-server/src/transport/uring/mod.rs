@@ -10,10 +10,9 @@
 //! sockets stay on the worker's mio poll, whose epoll descriptor the ring polls.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,41 +20,24 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
-use crate::buffers::BufferPool;
-use crate::conn::{Conn, Drive, Limits};
-use crate::net::{Listener, Stream};
 use crate::ops::Ops;
-use crate::shared::Shared;
-use crate::udp::UdpServer;
-use crate::worker::{Worker, DRAIN_PATIENCE, MAX_HOLDERS};
+use crate::state::shared::Shared;
+use crate::transport::buffers::BufferPool;
+use crate::transport::conn::{Conn, Drive, Limits};
+use crate::transport::net::Listener;
+use crate::transport::stream::{RingIo, Stream};
+use crate::transport::udp::UdpServer;
+use crate::transport::worker::{Worker, DRAIN_PATIENCE, MAX_HOLDERS};
 
 mod accept;
 mod ring;
-mod ring_io;
 
 pub use ring::unavailable;
-use ring::{build_ring, BufRing};
-pub use ring_io::RingIo;
+use ring::{build_ring, BufRing, BUFFER_GROUP};
 
-/// Submission queue entries: a turn's sends, receives re-armed and cancels fit many times over
-/// (a fuller queue is submitted early).
-const SQ_ENTRIES: u32 = 1024;
-/// Completion queue entries: a turn's receives and sends (the kernel keeps what overflows).
-const CQ_ENTRIES: u32 = 8192;
-/// The provided buffer ring: this many receive buffers of this size per worker (1 MiB). A
-/// receive completion's bytes are copied out at once and the buffer given back, so the ring
-/// needs as many as completions arrive between two turns.
-const RECV_BUFFERS: u16 = 128;
-const RECV_BUFFER_SIZE: usize = 8 * 1024;
-const BUFFER_GROUP: u16 = 0;
 /// Received bytes a connection holds unread before its receive is cancelled (backpressure: it
 /// reads nothing while its replies wait for the client); re-armed below half of it.
 const INPUT_LIMIT: usize = 256 * 1024;
-/// Past this many reply bytes queued for the ring beyond the send in flight, a connection's
-/// writes wait in its write buffer (where `conn.rs` counts them for its backpressure).
-const SEND_QUEUE_LIMIT: usize = 256 * 1024;
-/// A connection's staging buffers are kept between turns up to this capacity, freed above it.
-const KEEP_CAPACITY: usize = 16 * 1024;
 
 /// What a completion is for: the kind in the top byte of its user data, an index below.
 const ACCEPT: u64 = 1 << 56;
@@ -210,7 +192,8 @@ impl Engine {
                 .register(&mut socket, Token(1 + i), Interest::READABLE)?;
             servers.push(UdpServer::new(socket));
         }
-        shared.list_listeners(id, &listeners);
+        let started = shared.started;
+        shared.list_listeners(id, listeners.iter().filter_map(|l| l.conn_entry(started)));
         // As many registered files as connections may be open (and closing), within the open
         // files limit the kernel holds the table to; connections beyond use their descriptor.
         let nofile = {
@@ -743,7 +726,8 @@ impl Engine {
             self.shared.watchers.remove(id);
         }
         let fd = self.activity[idx].0;
-        self.shared.unlist_client(self.id, &conn.stream, fd);
+        self.shared
+            .unlist_client(self.id, fd, || conn.stream.peer());
         // The ring lets go of the socket: its receive and send are cancelled and its
         // registered file closed, all in this turn's submit; the descriptor itself closes when
         // `conn` drops below. A send's bytes stay until its completion.

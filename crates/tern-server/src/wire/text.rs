@@ -8,9 +8,9 @@ use tern_proto::ascii::{self, AdminCommand, Command, Frame, Keys, StoreKind};
 use tern_proto::KEY_MAX_LENGTH;
 use tern_store::{Expiry, HashedKey, StoreOp, PREFETCH_MAX};
 
-use crate::framing::{After, Progress, Replies, Resume, Step};
-use crate::meta;
 use crate::ops::{self, AdminReply, ArithFailure, Ops, Shutdown, StatsError, StatsReply};
+use crate::wire::framing::{After, Progress, Replies, Resume, Step};
+use crate::wire::meta;
 
 /// Runs the complete requests at the start of `input`, at most `budget` of them; stops early
 /// when `out` is backlogged.

@@ -22,9 +22,9 @@ use socket2::{Domain, Socket, Type};
 use tern_proto::binary as bin;
 
 use crate::config::Protocol;
-use crate::framing::Replies;
 use crate::ops::Ops;
-use crate::{binary, text};
+use crate::wire::framing::Replies;
+use crate::wire::{binary, text};
 
 /// The frame header memcached puts before every UDP payload.
 pub const HEADER: usize = 8;
@@ -95,7 +95,7 @@ impl UdpServer {
                     break;
                 }
             };
-            started.get_or_insert_with(crate::recording::monotonic_nanos);
+            started.get_or_insert_with(crate::state::recording::monotonic_nanos);
             ops.worker.metrics.read_bytes(len as u64);
             let request = &self.request[..len];
             // memcached ignores datagrams with no payload and requests of several datagrams.
@@ -206,7 +206,7 @@ mod tests {
 
     use super::*;
     use crate::config::Settings;
-    use crate::shared::Shared;
+    use crate::state::shared::Shared;
 
     #[test]
     fn a_turn_serves_a_bounded_number_of_datagrams() {

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
-use crate::buffers::BufferPool;
-use crate::conn::{Conn, Drive, Limits};
-use crate::net::{Listener, Stream};
 use crate::ops::Ops;
-use crate::shared::Shared;
-use crate::udp::UdpServer;
+use crate::state::shared::Shared;
+use crate::transport::buffers::BufferPool;
+use crate::transport::conn::{Conn, Drive, Limits};
+use crate::transport::net::Listener;
+use crate::transport::stream::Stream;
+use crate::transport::udp::UdpServer;
 
 /// Woken by the main thread to stop.
 pub const WAKER: Token = Token(0);
@@ -78,7 +79,8 @@ impl Worker {
                 Interest::READABLE,
             )?;
         }
-        shared.list_listeners(id, &listeners);
+        let started = shared.started;
+        shared.list_listeners(id, listeners.iter().filter_map(|l| l.conn_entry(started)));
         let s = &shared.settings;
         let limits = Limits {
             max_reqs_per_event: s.max_reqs_per_event,
@@ -298,7 +300,10 @@ impl Worker {
             self.free.push(idx);
             return Ok(());
         }
-        let activity = self.shared.list_client(self.id, &conn.stream);
+        let entry = conn.stream.conn_entry(self.shared.store.clock().now());
+        let activity = self
+            .shared
+            .list_client(self.id, entry, || conn.stream.peer());
         if idx < self.activity.len() {
             self.activity[idx] = activity;
         } else {
@@ -420,7 +425,7 @@ impl Worker {
                 self.shared.watchers.remove(id);
             }
             self.shared
-                .unlist_client(self.id, &conn.stream, self.activity[idx].0);
+                .unlist_client(self.id, self.activity[idx].0, || conn.stream.peer());
             self.free.push(idx);
             tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }

@@ -14,8 +14,8 @@ use tern_proto::binary::{
 };
 use tern_store::{Arith, Expiry, StoreOp, StoreOutcome};
 
-use crate::framing::{After, Progress, Replies};
 use crate::ops::{self, ArithFailure, Ops, StatsError, StatsReply};
+use crate::wire::framing::{After, Progress, Replies};
 
 /// Runs the complete frames at the start of `input`, at most `budget` of them; stops early when
 /// `out` is backlogged.

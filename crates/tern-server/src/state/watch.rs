@@ -10,11 +10,10 @@
 
 use std::fmt::{self, Write as _};
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-use crate::net::Stream;
 
 /// The kinds of log line a watcher can ask for (memcached's names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +45,13 @@ pub fn parse_kinds(words: &[&[u8]]) -> Option<u8> {
         };
         Some(mask | kind)
     })
+}
+
+/// A client as `conn_new` / `conn_close` show it: a TCP peer (`None` when its address cannot be
+/// had) or a local (unix socket) client.
+pub enum Peer {
+    Tcp(Option<SocketAddr>),
+    Local,
 }
 
 struct Watcher {
@@ -117,14 +123,15 @@ impl Watchers {
         self.mask.store(mask, Ordering::Relaxed);
     }
 
-    /// memcached's `conn_new` / `conn_close` lines for a client socket.
-    pub fn conn_event(&self, stream: &Stream, fd: i32, event: &str, reason: &str) {
+    /// memcached's `conn_new` / `conn_close` lines for a client socket; `peer` is asked only
+    /// while someone watches connection events (it reads the socket's address).
+    pub fn conn_event(&self, peer: impl FnOnce() -> Peer, fd: i32, event: &str, reason: &str) {
         if !self.watching(Kind::Connevents) {
             return;
         }
-        let (peer, transport) = match stream.tcp() {
-            Some(s) => (s.peer_addr().ok(), "tcp"),
-            None => (None, "local"),
+        let (peer, transport) = match peer() {
+            Peer::Tcp(addr) => (addr, "tcp"),
+            Peer::Local => (None, "local"),
         };
         let (ip, port) = peer.map_or((String::new(), 0), |a| (a.ip().to_string(), a.port()));
         self.log(

@@ -9,8 +9,8 @@ use signal_hook::consts::SIGHUP;
 use signal_hook::iterator::Signals;
 
 use crate::config::{ServeArgs, Settings};
-use crate::notify;
-use crate::shared::Shared;
+use crate::startup::notify;
+use crate::state::shared::Shared;
 
 /// The command line the server started with, to merge the file with again on each SIGHUP.
 pub struct Reloader {

@@ -18,8 +18,8 @@ use tern_proto::meta::{
 };
 use tern_store::{Arith, Expiry, ItemView, Marks, Refused, StoreOp, StoreOutcome};
 
-use crate::framing::Step;
 use crate::ops::{ArithFailure, Ops};
+use crate::wire::framing::Step;
 
 /// Runs the meta command `line` (no line ending); `after` holds the bytes that follow it.
 pub fn run(ops: &Ops<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Step {

@@ -6,7 +6,7 @@ use anyhow::Context;
 use tern_tune::pin::{self, PinLayout};
 use tern_tune::CpuSet;
 
-use crate::Settings;
+use crate::config::Settings;
 
 /// The layout chosen at start, before any thread or heap exists.
 pub struct Placement {

@@ -1,7 +1,23 @@
 //! The ring's set-up, the probe for what the engine needs, and the provided buffer ring that
 //! multishot receives fill.
 
-use super::*;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::{opcode, types, IoUring};
+
+/// Submission queue entries: a turn's sends, receives re-armed and cancels fit many times over
+/// (a fuller queue is submitted early).
+const SQ_ENTRIES: u32 = 1024;
+/// Completion queue entries: a turn's receives and sends (the kernel keeps what overflows).
+const CQ_ENTRIES: u32 = 8192;
+/// The provided buffer ring: this many receive buffers of this size per worker (1 MiB). A
+/// receive completion's bytes are copied out at once and the buffer given back, so the ring
+/// needs as many as completions arrive between two turns.
+const RECV_BUFFERS: u16 = 128;
+const RECV_BUFFER_SIZE: usize = 8 * 1024;
+pub(super) const BUFFER_GROUP: u16 = 0;
 
 /// The worker's provided buffer ring: `RECV_BUFFERS` buffers the kernel fills for multishot
 /// receives, given back one by one once their bytes are copied out.
@@ -179,6 +195,8 @@ pub fn unavailable() -> Option<String> {
 mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
+
+    use io_uring::cqueue;
 
     use super::*;
 

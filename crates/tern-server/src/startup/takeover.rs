@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::net::{self, Listener};
-use crate::udp;
+use crate::transport::net::{self, Listener};
+use crate::transport::udp;
 
 /// What old says first, followed by the number of sockets it attached and a newline.
 const HELLO: &str = "tern-takeover 1 ";

@@ -9,12 +9,13 @@ use std::io::{self, Read, Write};
 
 use tern_store::DumpCursor;
 
-use crate::buffers::{BufferPool, BUFFER};
 use crate::config;
-use crate::framing::{After, Replies};
-use crate::net::Stream;
 use crate::ops::Ops;
-use crate::{binary, text};
+use crate::transport::auth::{self, Gate};
+use crate::transport::buffers::{BufferPool, BUFFER};
+use crate::transport::stream::Stream;
+use crate::wire::framing::{After, Replies};
+use crate::wire::{binary, text};
 
 /// Read into the buffer only when at least this much room is free at its end (else compact).
 const MIN_READ_ROOM: usize = 4 * 1024;
@@ -258,7 +259,7 @@ impl Conn {
         }
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
-        let started = (self.rstart < self.rend).then(crate::recording::monotonic_nanos);
+        let started = (self.rstart < self.rend).then(crate::state::recording::monotonic_nanos);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits);
         let flushed = served.is_some() && self.flush(ops).is_ok();
@@ -402,22 +403,22 @@ impl Conn {
                 return Some(false);
             }
             let gate = match (&ops.shared.auth, &ops.shared.sasl) {
-                (Some(auth), _) => crate::auth::gate(auth, input, limits.max_line, &mut out),
-                (None, Some(sasl)) => crate::auth::sasl_gate(sasl, input, &mut out),
-                (None, None) => crate::auth::Gate::Open { consumed: 0 },
+                (Some(auth), _) => auth::gate(auth, input, limits.max_line, &mut out),
+                (None, Some(sasl)) => auth::sasl_gate(sasl, input, &mut out),
+                (None, None) => Gate::Open { consumed: 0 },
             };
             match gate {
-                crate::auth::Gate::Open { consumed } => {
+                Gate::Open { consumed } => {
                     self.rstart += consumed;
                     self.authenticated = true;
                 }
                 // Every request waiting in the buffer is answered in this turn.
-                crate::auth::Gate::Wait { consumed } => self.rstart += consumed,
-                crate::auth::Gate::Need { need, exact } => {
+                Gate::Wait { consumed } => self.rstart += consumed,
+                Gate::Need { need, exact } => {
                     (self.need, self.need_exact) = (need, exact);
                     return Some(false);
                 }
-                crate::auth::Gate::Refused => {
+                Gate::Refused => {
                     self.close_after_write = true;
                     return Some(false);
                 }
@@ -517,7 +518,7 @@ mod tests {
 
     use super::*;
     use crate::config::Settings;
-    use crate::shared::Shared;
+    use crate::state::shared::Shared;
 
     fn shared() -> Shared {
         let clock = Arc::new(Clock::manual(1_700_000_000));

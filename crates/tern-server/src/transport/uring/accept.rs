@@ -92,7 +92,8 @@ impl Engine {
             self.slots.push(Slot::default());
             self.slots.len() - 1
         });
-        let activity = self.shared.list_client(self.id, &stream);
+        let entry = stream.conn_entry(self.shared.store.clock().now());
+        let activity = self.shared.list_client(self.id, entry, || stream.peer());
         let fd = activity.0;
         if idx < self.activity.len() {
             self.activity[idx] = activity;
