@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,12 +44,11 @@ impl Scratch {
         self.dir.join("tern.mem.meta")
     }
 
-    /// Starts `tern serve -e <mem> <args>` with its log in `log` (replaced), and waits until it
-    /// accepts.
-    fn start(&self, args: &[&str]) -> ServerProcess {
-        let port = free_port();
+    /// `tern serve -e <mem> <args>` on `port`, with its log in `log` (replaced).
+    fn command(&self, port: u16, args: &[&str]) -> Command {
         let log = File::create(self.log_path()).unwrap();
-        let mut child = Command::new(tern_bin())
+        let mut command = Command::new(tern_bin());
+        command
             .arg("serve")
             .args([
                 "-l",
@@ -62,9 +61,15 @@ impl Scratch {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn tern");
+            .stderr(log);
+        command
+    }
+
+    /// Starts `tern serve -e <mem> <args>` with its log in `log` (replaced), and waits until it
+    /// accepts.
+    fn start(&self, args: &[&str]) -> ServerProcess {
+        let port = free_port();
+        let mut child = self.command(port, args).spawn().expect("spawn tern");
         let deadline = Instant::now() + PATIENCE;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
@@ -74,6 +79,30 @@ impl Scratch {
             std::thread::sleep(Duration::from_millis(10));
         }
         ServerProcess { child, port }
+    }
+
+    /// Runs `tern serve -e <mem> <args>`, which must exit within `PATIENCE` without ever
+    /// accepting a connection: how it exited.
+    fn start_fails(&self, args: &[&str]) -> ExitStatus {
+        let port = free_port();
+        let mut child = self.command(port, args).spawn().expect("spawn tern");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tern served: {}", self.log());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tern neither served nor exited in time: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn log_path(&self) -> PathBuf {
@@ -362,4 +391,191 @@ fn a_memory_file_off_tmpfs_is_warned_about() {
         .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     let warned = scratch.log().contains("not on tmpfs or hugetlbfs");
     assert_eq!(warned, !on_memory, "{fs_type}: {}", scratch.log());
+}
+
+/// A tmpfs of its own size, mounted for one test and unmounted when dropped (so declare it
+/// before whatever runs on it: the servers and files on it go first).
+struct SmallTmpfs {
+    dir: PathBuf,
+}
+
+impl SmallTmpfs {
+    /// `None`, having said why, where this process may not mount (EPERM: not root, or no
+    /// CAP_SYS_ADMIN, as in many containers).
+    fn mount(name: &str, mib: u32) -> Option<SmallTmpfs> {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(format!("tern-tmpfs-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c_dir = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        let options = std::ffi::CString::new(format!("size={mib}m")).unwrap();
+        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                c_dir.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&dir);
+            if err.raw_os_error() == Some(libc::EPERM) {
+                println!(
+                    "skipped: cannot mount a {mib} MiB tmpfs on {} ({err}); this test needs \
+                     root (CAP_SYS_ADMIN)",
+                    dir.display()
+                );
+                return None;
+            }
+            panic!("mount -t tmpfs on {}: {err}", dir.display());
+        }
+        Some(SmallTmpfs { dir })
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        let c_dir = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call. Detached, so that a file still
+        // open on it (a test that failed half-way) cannot keep it mounted.
+        unsafe { libc::umount2(c_dir.as_ptr(), libc::MNT_DETACH) };
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// memcached and tern before this check map a sparse memory file: `-m 128` on a 32 MiB tmpfs
+/// starts, then dies of SIGBUS once the tmpfs is full, losing every item. tern reserves the
+/// file's space at start: a file system that cannot hold `-m` stops the start with the reason,
+/// before anything is served, and a heap that fits keeps serving however full its file system
+/// gets afterwards.
+#[test]
+fn a_memory_file_its_file_system_cannot_hold_is_refused_at_start() {
+    let Some(tmpfs) = SmallTmpfs::mount("reserve", 32) else {
+        return;
+    };
+    let scratch = Scratch::under(&tmpfs.dir, "reserve");
+    let status = scratch.start_fails(&["-m", "128"]);
+    assert!(!status.success(), "{status}: {}", scratch.log());
+    let log = scratch.log();
+    let why = format!(
+        "cannot reserve 128 MiB for the memory file {}: No space left on device",
+        scratch.mem()
+    );
+    assert!(log.contains(&why), "{log}");
+    // Nothing of the failed reservation stays allocated.
+    assert_eq!(std::fs::metadata(scratch.mem()).unwrap().len(), 0);
+
+    // A heap that fits starts and serves, and goes on serving once something else has taken
+    // the rest of the file system: its pages were reserved at start.
+    let server = scratch.start(&["-m", "16"]);
+    let mut c = server.connect();
+    let filler_path = tmpfs.dir.join("filler");
+    let mut filler = File::create(&filler_path).unwrap();
+    let chunk = vec![0x5a_u8; 1 << 20];
+    while filler.write_all(&chunk).is_ok() {}
+    // Room for the log (and the metadata at a stop), none for a heap the size of -m.
+    filler
+        .set_len(filler.metadata().unwrap().len() - (1 << 20))
+        .unwrap();
+    let value: Vec<u8> = (0..50 << 10).map(|b| (b % 251) as u8).collect();
+    // 64 MiB of 50 KiB values through a 16 MiB heap: every segment written, most of them again.
+    for i in 0..1_300 {
+        let mut set = format!("set big{i} {i} 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        c.expect(&set, b"STORED\r\n");
+    }
+    let got = read_all(&mut c, &["big1299".to_string()]);
+    assert_eq!(got["big1299"], (value, 1299, got["big1299"].2));
+    assert!(c.stats("stats\r\n")["evictions"].parse::<u64>().unwrap() > 0);
+    drop(c);
+    drop(server);
+    drop(filler);
+}
+
+/// Random damage anywhere in the memory file or its metadata (memcached 1.6.45 spins forever
+/// on 300 flipped bytes of its memory file, and serves wrong values after 30): tern starts
+/// within `PATIENCE`, and every key either misses or has exactly the value, flags and CAS it
+/// had at the stop.
+#[test]
+fn many_flipped_bytes_never_serve_a_wrong_value() {
+    use std::os::unix::fs::FileExt;
+    // Where the bytes flip: anywhere in the memory file (a 16 MiB heap mostly written, so
+    // mostly items: headers, keys and values), only on its non-zero bytes (items only), or in
+    // the metadata.
+    let cases = [
+        ("anywhere", 30),
+        ("anywhere", 300),
+        ("items", 30),
+        ("items", 300),
+        ("metadata", 30),
+        ("metadata", 300),
+    ];
+    for (round, &(place, flips)) in cases.iter().enumerate() {
+        let scratch = Scratch::new(&format!("flips-{round}"));
+        let args = ["-m", "16"];
+        let mut server = scratch.start(&args);
+        let mut c = server.connect();
+        let keys = fill(&mut c, 2_500, 10 + round as u64);
+        let expected = read_all(&mut c, &keys);
+        assert!(expected.len() > 1_000, "{}", expected.len());
+        drop(c);
+        stop(&mut server, "TERM");
+        let target = if place == "metadata" {
+            scratch.meta()
+        } else {
+            PathBuf::from(scratch.mem())
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&target)
+            .unwrap();
+        let len = file.metadata().unwrap().len();
+        let mut rng = Rng(0x5eed_0000 + round as u64);
+        for _ in 0..flips {
+            let mut byte = [0u8];
+            let mut at = rng.below(len);
+            file.read_exact_at(&mut byte, at).unwrap();
+            while place == "items" && byte[0] == 0 {
+                at = rng.below(len);
+                file.read_exact_at(&mut byte, at).unwrap();
+            }
+            byte[0] ^= 1 + rng.below(255) as u8;
+            file.write_all_at(&byte, at).unwrap();
+        }
+        drop(file);
+        let started = Instant::now();
+        let server = scratch.start(&args);
+        let mut c = server.connect();
+        let stats = c.stats("stats\r\n");
+        let took = started.elapsed();
+        let got = read_all(&mut c, &keys);
+        for (key, value) in &got {
+            assert_eq!(
+                Some(value),
+                expected.get(key),
+                "{flips} bytes flipped {place}: {key} came back different"
+            );
+        }
+        println!(
+            "{flips} bytes flipped {place}: serving in {} ms, {} of {} items restored{}",
+            took.as_millis(),
+            got.len(),
+            expected.len(),
+            scratch
+                .log()
+                .lines()
+                .find(|l| l.contains("the cache starts empty"))
+                .map(|l| format!(" ({})", l.trim()))
+                .unwrap_or_default()
+        );
+        assert_eq!(stats["restored_items"], got.len().to_string());
+        // Whatever came back, the cache works.
+        c.expect(b"set k 0 0 2\r\nok\r\n", b"STORED\r\n");
+        c.expect(b"get k\r\n", b"VALUE k 0 2\r\nok\r\nEND\r\n");
+    }
 }

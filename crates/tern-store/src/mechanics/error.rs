@@ -1,6 +1,7 @@
-//! The store's error: a configuration it cannot lay out, or a heap it cannot map or lock. A
-//! module of its own, below both the heap (which fails with it) and the settings (`config`,
-//! which need the segments and so the heap): with either, the two would import each other.
+//! The store's error: a configuration it cannot lay out, a heap it cannot map or lock, or a
+//! memory file it cannot open or reserve. A module of its own, below both the heap (which fails
+//! with it) and the settings (`config`, which need the segments and so the heap): with either,
+//! the two would import each other.
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -8,4 +9,7 @@ pub enum StoreError {
     Config(String),
     #[error("{0}")]
     Lock(String),
+    /// The memory file (`-e`) cannot be opened, sized or reserved; the message names it.
+    #[error("{0}")]
+    MemoryFile(String),
 }

@@ -3,7 +3,8 @@
 //! limit is lowered, free segments' pages are given back (`discard`).
 //!
 //! With a memory file (memcached's `-e`, see `persist`) the heap is a shared mapping of that
-//! file instead, so the items outlive the process.
+//! file instead, so the items outlive the process; the file's space is reserved before it is
+//! mapped, so no page of the mapping lacks its place in the file system.
 
 use super::error::StoreError;
 
@@ -69,9 +70,10 @@ impl Heap {
     }
 
     /// A shared mapping of the first `len` bytes of `file`, which is at least that long (a
-    /// mapping past the end of a file faults with SIGBUS on touch). Not MAP_POPULATE: on tmpfs
-    /// that would allocate every hole of a sparse file, where faulting in only the segments a
-    /// restore reads maps just what holds items.
+    /// mapping past the end of a file faults with SIGBUS on touch) and whose space the caller
+    /// has reserved (a hole the file system cannot fill faults with SIGBUS too). Not
+    /// MAP_POPULATE: that would fault in every page of the heap at start, where faulting in
+    /// only the segments a restore reads maps just what holds items.
     pub(crate) fn from_file(
         file: &std::fs::File,
         len: usize,

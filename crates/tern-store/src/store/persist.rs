@@ -16,8 +16,9 @@
 //! costs about as much as reading the saved table would (see docs/restart.md for the figures)
 //! and leaves the index's layout free to change between versions.
 //!
-//! No I/O policy here beyond the mapping: the server decides when to snapshot, where the
-//! metadata goes and when the clean mark is cleared.
+//! No I/O policy here beyond the mapping and reserving the file's space for it (`reserve`: a
+//! file system too small for the heap fails the start rather than a write later): the server
+//! decides when to snapshot, where the metadata goes and when the clean mark is cleared.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -94,6 +95,60 @@ struct SavedShard {
     live: Vec<u64>,
 }
 
+/// Reserves the first `len` bytes of the memory file at `path` (`fallocate`, which also extends
+/// a shorter file to `len`), so that every page of the heap's mapping has its place in the file
+/// system before anything is written: a file system too small for `-m` fails the start here,
+/// with the reason, instead of killing the process with SIGBUS when a write first touches a
+/// page the file system cannot provide. On a file system without `fallocate` (EOPNOTSUPP) the
+/// file is only sized, sparse as before, with a warning; any other failure (ENOSPC, EFBIG, ...)
+/// is the error.
+fn reserve(file: &File, path: &Path, len: u64) -> Result<(), StoreError> {
+    use std::os::fd::AsRawFd;
+    let failed = |e: std::io::Error| {
+        StoreError::MemoryFile(format!(
+            "cannot reserve {} for the memory file {}: {e}",
+            in_mib(len),
+            path.display()
+        ))
+    };
+    let off = libc::off_t::try_from(len)
+        .map_err(|_| failed(std::io::Error::from_raw_os_error(libc::EFBIG)))?;
+    let err = loop {
+        // SAFETY: fallocate on a descriptor we hold open; no memory is passed.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            break err;
+        }
+    };
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(failed(err));
+    }
+    tracing::warn!(
+        "-e {}: the file system cannot reserve the memory file's {} ({err}): the file stays \
+         sparse, and should that file system fill up, a write to the cache kills tern with \
+         SIGBUS (put the file on tmpfs or hugetlbfs)",
+        path.display(),
+        in_mib(len)
+    );
+    let file_len = file.metadata().map_err(failed)?.len();
+    if file_len < len {
+        file.set_len(len).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// `len` bytes for a message: in MiB when whole.
+fn in_mib(len: u64) -> String {
+    if len % (1 << 20) == 0 {
+        format!("{} MiB", len >> 20)
+    } else {
+        format!("{len} bytes")
+    }
+}
+
 /// Runs `work` on every shard index, spread over the machine's cores.
 fn each_shard_in_parallel<T: Send>(shards: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let threads = std::thread::available_parallelism()
@@ -125,8 +180,9 @@ impl Store {
     /// A store whose heap is a shared mapping of `path` (created if missing), restored from
     /// `saved` (metadata from `snapshot_meta` at the last clean stop) when that matches the
     /// file and this configuration, else empty, with the reason. The file is resized to the
-    /// heap when the store starts empty. `config.shards` gives way to the saved store's shard
-    /// count on a restore.
+    /// heap when the store starts empty. Either way its space is reserved before it is mapped
+    /// (see `reserve`): a file system that cannot hold the heap is an error, not a SIGBUS on a
+    /// later write. `config.shards` gives way to the saved store's shard count on a restore.
     pub fn open_file(
         mut config: Config,
         clock: Arc<Clock>,
@@ -140,10 +196,10 @@ impl Store {
             .truncate(false)
             .mode(0o600)
             .open(path)
-            .map_err(|e| StoreError::Config(format!("memory file {}: {e}", path.display())))?;
+            .map_err(|e| StoreError::MemoryFile(format!("memory file {}: {e}", path.display())))?;
         let file_len = file
             .metadata()
-            .map_err(|e| StoreError::Config(format!("memory file {}: {e}", path.display())))?
+            .map_err(|e| StoreError::MemoryFile(format!("memory file {}: {e}", path.display())))?
             .len();
         let saved = match saved {
             None => Err("no metadata from a clean stop".to_string()),
@@ -156,6 +212,11 @@ impl Store {
         let why = match saved {
             Ok(saved) => {
                 let geometry = Geometry::of(&config)?;
+                // A file of the right size may still be sparse (copied, or written by a tern
+                // before this check): its holes are reserved too. A failure stops the start
+                // with the file and its metadata as they were, for a start with room to
+                // restore.
+                reserve(&file, path, saved.heap_bytes)?;
                 let heap = Heap::from_file(
                     &file,
                     saved.heap_bytes as usize,
@@ -180,26 +241,32 @@ impl Store {
         let geometry = Geometry::of(&config)?;
         let len = geometry.segments << geometry.segment_shift;
         Ok((
-            Store::empty_on_file(config, clock, &geometry, &file, len)?,
+            Store::empty_on_file(config, clock, &geometry, &file, path, len)?,
             Opened::Empty(why),
         ))
     }
 
-    /// An empty store over `file`, whose old bytes are dropped first (truncating frees them).
+    /// An empty store over `file`, whose old bytes are dropped first (truncating frees them),
+    /// then reserved afresh (`reserve`); a reservation that fails leaves the file empty.
     fn empty_on_file(
         config: Config,
         clock: Arc<Clock>,
         geometry: &Geometry,
         file: &File,
+        path: &Path,
         len: usize,
     ) -> Result<Store, StoreError> {
-        let resize = |to: u64| {
-            file.set_len(to).map_err(|e| {
-                StoreError::Config(format!("cannot size the memory file to {to} bytes: {e}"))
-            })
-        };
-        resize(0)?;
-        resize(len as u64)?;
+        file.set_len(0).map_err(|e| {
+            StoreError::MemoryFile(format!(
+                "cannot empty the memory file {}: {e}",
+                path.display()
+            ))
+        })?;
+        if let Err(e) = reserve(file, path, len as u64) {
+            // Whatever part was allocated before the failure goes back to the file system.
+            let _ = file.set_len(0);
+            return Err(e);
+        }
         let heap = Heap::from_file(file, len, config.large_pages, config.lock_memory)?;
         let seeds = random_seeds();
         Ok(Store::with_heap(
@@ -795,6 +862,102 @@ mod tests {
         set(&s, b"key:1", 0, Expiry::NEVER, b"again");
         assert_eq!(read(&s, b"key:1").unwrap().0, b"again");
         assert!(s.delete(b"key:2"));
+    }
+
+    /// Bytes the file system holds for `file`.
+    fn allocated(file: &TempFile) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&file.0).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn the_memory_file_is_reserved_whole_fresh_or_restored_from_a_sparse_copy() {
+        let file = TempFile::new("reserved");
+        let heap = config().heap_bytes as u64;
+        let (s, _) = open(&file, config(), T0, None);
+        assert!(allocated(&file) >= heap, "{} of {heap}", allocated(&file));
+        for i in 0..1_000 {
+            set(
+                &s,
+                format!("k{i}").as_bytes(),
+                0,
+                Expiry::NEVER,
+                &value_of(i),
+            );
+        }
+        s.sync_file().unwrap();
+        let meta = s.snapshot_meta();
+        drop(s);
+        // A sparse copy, as `cp --sparse=always` makes: only the 4 KiB blocks holding data.
+        let bytes = std::fs::read(&file.0).unwrap();
+        std::fs::remove_file(&file.0).unwrap();
+        let copy = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&file.0)
+            .unwrap();
+        copy.set_len(bytes.len() as u64).unwrap();
+        for (at, block) in bytes.chunks(4096).enumerate() {
+            if block.iter().any(|&b| b != 0) {
+                std::os::unix::fs::FileExt::write_all_at(&copy, block, at as u64 * 4096).unwrap();
+            }
+        }
+        drop(copy);
+        assert!(allocated(&file) < heap / 2, "the copy is not sparse");
+        let (s, opened) = open(&file, config(), T0, Some(&meta));
+        assert!(matches!(opened, Opened::Restored(_)), "{opened:?}");
+        assert!(allocated(&file) >= heap, "{} of {heap}", allocated(&file));
+        assert_eq!(read(&s, b"k10").unwrap().0, value_of(10));
+    }
+
+    /// A file system that cannot hold the heap fails the start, naming the file and why, and
+    /// leaves the file empty. Provoked with a file size limit (RLIMIT_FSIZE: fallocate fails
+    /// with EFBIG), in a child process of this test binary, since the limit is the whole
+    /// process's and other tests write files.
+    #[test]
+    fn a_memory_file_that_cannot_be_reserved_fails_the_start() {
+        const CHILD: &str = "TERN_PERSIST_RESERVE_CHILD";
+        const NAME: &str =
+            "store::persist::tests::a_memory_file_that_cannot_be_reserved_fails_the_start";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{said}");
+            assert!(said.contains("1 passed"), "the child ran no test: {said}");
+            return;
+        }
+        // SAFETY: plain system calls on this process's own settings; no memory is shared. The
+        // signal a write past the limit raises (SIGXFSZ, fatal by default) is ignored, so the
+        // call fails with EFBIG instead.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit), 0);
+            limit.rlim_cur = 1 << 20;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+        }
+        let file = TempFile::new("unreservable");
+        let clock = Arc::new(Clock::manual(T0));
+        let err = match Store::open_file(config(), clock, &file.0, None) {
+            Ok(_) => panic!("a file past the size limit was reserved"),
+            Err(e) => e.to_string(),
+        };
+        let want = format!(
+            "cannot reserve 8 MiB for the memory file {}: ",
+            file.0.display()
+        );
+        assert!(err.starts_with(&want), "{err}");
+        assert!(err.contains("File too large"), "{err}");
+        assert_eq!(std::fs::metadata(&file.0).unwrap().len(), 0);
     }
 
     #[test]
