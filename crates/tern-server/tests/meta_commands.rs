@@ -307,10 +307,7 @@ fn e_on_md_and_ma() {
     // Without E the number's change takes a fresh CAS.
     check(&mut c, "ma maE C4321 c v\r\n", "VA 1 c*\r\n6\r\n");
     assert_ne!(current_cas(&mut c, "maE"), 4321);
-    assert_eq!(
-        ask(&mut c, "ma maE c v E8765\r\n"),
-        "VA 1 c8765\r\n7\r\n"
-    );
+    assert_eq!(ask(&mut c, "ma maE c v E8765\r\n"), "VA 1 c8765\r\n7\r\n");
     assert_eq!(ask(&mut c, "ma maE c v E0\r\n"), "VA 1 c0\r\n8\r\n");
     // A counter rewritten in place (memcached pads it with spaces) keeps E too.
     c.expect(b"set m2 0 0 2\r\n10\r\n", b"STORED\r\n");
@@ -362,10 +359,7 @@ fn md_x_leaves_an_empty_item_with_the_requests_flags_and_ttl() {
     // The old flags and TTL go; the CAS stays.
     check(&mut c, "ms x1 2 F5 T100 E23\r\nab\r\n", "HD\r\n");
     check(&mut c, "md x1 x\r\n", "HD\r\n");
-    assert_eq!(
-        ask(&mut c, "mg x1 f t c v\r\n"),
-        "VA 0 f0 t-1 c23\r\n\r\n"
-    );
+    assert_eq!(ask(&mut c, "mg x1 f t c v\r\n"), "VA 0 f0 t-1 c23\r\n\r\n");
     check(&mut c, "md x1 x T50 F7\r\n", "HD\r\n");
     check(&mut c, "mg x1 f t v\r\n", "VA 0 f7 t50\r\n\r\n");
     // T without I or x deletes.
