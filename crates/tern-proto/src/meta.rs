@@ -9,19 +9,19 @@
 //! for `ms`, how many bytes of data block to swallow, so a bad request never desyncs the stream.
 //!
 //! Parsing follows memcached 1.6.18 (Debian's, our reference peer), byte for byte in its error
-//! replies. Where newer memcached (doc/protocol.txt of 1.6.2x) adds flags the parser reads them
-//! too: `E` (explicit new CAS, parsed into [`Flags::new_cas`]) and `x` (md: drop the value, keep
-//! the item), both answered `CLIENT_ERROR invalid flag` by 1.6.18. tern's server runs `x` but
-//! refuses `E` with that same error, as 1.6.18 does: its store assigns every CAS itself (the CAS
-//! is the item's place) and cannot take one from the client. docs/protocols.md lists where
-//! tern's meta commands differ from memcached's.
+//! replies. Where newer memcached (1.6.45, the project's reference) adds flags the parser reads
+//! them too: `E` (the client sets the CAS the item gets, parsed into [`Flags::new_cas`]) and `x`
+//! (md: drop the value, keep the item), both answered `CLIENT_ERROR invalid flag` by 1.6.18; the
+//! server runs both as 1.6.45 does. docs/protocols.md lists where tern's meta commands differ
+//! from memcached's.
 //!
 //! # Executing requests (what the server does per command)
 //!
 //! TTL tokens (`T`, `N`, `R`) follow memcached's exptime rule, as for ASCII commands: 0 never
-//! expires, negative expires at once, above 30 days is an absolute Unix time. In memcached, `E`
-//! (when given) is the CAS any item this request creates or modifies gets instead of a fresh
-//! one; tern refuses it (above). The store keeps per item: CAS, client flags, TTL, last access,
+//! expires, negative expires at once, above 30 days is an absolute Unix time. `E` (when given)
+//! is the CAS any item this request creates or modifies gets instead of a fresh one (`ms E0` is
+//! no `E`; on the other commands `E0` gives CAS 0, as 1.6.45); a request that changes nothing
+//! (an `mg` hit, even with `T`) ignores it. The store keeps per item: CAS, client flags, TTL, last access,
 //! fetched-before, stale and win-token-sent. memcached also marks an item stored with a base64
 //! key, so that mg's `k` and `me` show its key in base64 whatever form a later request uses;
 //! tern's store keeps no such mark, so the server fills [`ItemInfo::key_binary`] and
@@ -29,13 +29,14 @@
 //! Build the reply with [`write_reply`], filling [`ItemInfo`] from the item *as it was before*
 //! this request for `h` and `l`, and after it for the rest.
 //!
-//! * **mg** — look up [`Key::bytes`]. Miss: with `N`, create an empty item (flags 0, TTL `N`),
-//!   reply as a hit with `won`; without `N`, [`Code::Miss`] (only `O`/`k` echoed; hidden by
-//!   `q`). Hit: `T` sets the TTL (a touch); `won` if the item is stale and its token was not
+//! * **mg** — look up [`Key::bytes`]. Miss: with `N`, create an empty item (flags 0, TTL `N`,
+//!   CAS `E` if given), reply as a hit with `won`; without `N`, [`Code::Miss`] (only `O`/`k`
+//!   echoed; hidden by `q`). Hit: `T` sets the TTL (a touch); `won` if the item is stale and its token was not
 //!   yet sent, or if `R` is given, the item has a TTL, its remaining TTL is below `R`, and no
 //!   token was sent; `win_sent_before` if the token had been sent before this request; `stale`
 //!   from the item. When `won`, set the item's win-token-sent. Then mark it fetched and set its
-//!   last access (memcached also bumps its LRU), unless `u`. Reply [`Code::Value`] with the value when `v`, else
+//!   last access (memcached also bumps its LRU), unless `u`. Reply [`Code::Value`] with the
+//!   value when `v` (unless `C` names the item's CAS: the client has this version), else
 //!   [`Code::Stored`] (`HD`); `q` does not hide hits. 1.6.18 prints `t` at its position among
 //!   the flags, so `t` before `T` shows the old TTL; tern's server reports the TTL after `T`.
 //! * **ms** — check the value size first (too large: [`ErrorReply::TooLarge`], remove the old
@@ -45,16 +46,20 @@
 //!   item's flags and TTL, NS if absent unless `N` is given, then create the item from the data
 //!   with TTL `N` (newer memcached; 1.6.18 answers NS), `C` checked if given. `I` with `C`: a
 //!   `C` *lower* than the item's CAS still stores, marking the new item stale. New items take
-//!   flags `F`, TTL `T` (0 if absent), a fresh CAS. Reply `HD` (hidden by `q`), `NS`,
-//!   `EX` or `NF`; `c` returns the new CAS (pass the item), `c0` otherwise (pass `None`).
-//! * **md** — miss: `NF` (not hidden by `q` in 1.6.18). `C` not matching: `EX`. With `I`:
-//!   keep the item, mark it stale, clear its win-token-sent, give it a new CAS, and
-//!   set the TTL to `T` if given. With `x` (newer memcached): replace the value with an empty
-//!   one, keeping the item (a tombstone with `I`). Otherwise unlink. Reply `HD` (hidden by `q`).
+//!   flags `F`, TTL `T` (0 if absent), CAS `E` or a fresh one. Reply `HD` (hidden by `q`),
+//!   `NS`, `EX` or `NF`; `c` returns the new CAS and `s` the stored value's size (pass the
+//!   item), `c0` and the data's size otherwise (pass `None`).
+//! * **md** — miss: `NF` (not hidden by `q`). `C` not matching: `EX`. With `x` (1.6.45):
+//!   replace the item with an empty one with flags `F` (else 0), TTL `T` (else none), no
+//!   marks, keeping its CAS (or taking `E`). With `I` (after `x`'s rewrite, if any): keep the
+//!   item, mark it stale, clear its win-token-sent, give it a new CAS (`E` if given), and set
+//!   the TTL to `T` if given. Neither: unlink (`T` alone changes nothing). Reply `HD` (hidden
+//!   by `q`).
 //! * **ma** — `C` not matching: `EX`. Hit: the value must be a decimal u64 (else
 //!   [`ErrorReply::NonNumeric`]); increment by `D` wrapping at 2^64, decrement by `D` stopping
-//!   at 0; new CAS; `T` sets the TTL. Miss with `N`: create the item holding `J`
-//!   (delta not applied), TTL `N` (`NS` if that fails); miss without `N`: `NF`. Reply
+//!   at 0; new CAS (`E` if given); `T` sets the TTL. Miss with `N`: create the item holding
+//!   `J` (delta not applied), TTL `N`, CAS `E` if given (`NS` if that fails); miss without
+//!   `N`: `NF`. Reply
 //!   [`Code::Value`] with the number's digits when `v`, else `HD`; `c` and `t` from the item;
 //!   `q` hides the success only.
 //! * **me** — hit: [`write_debug`]; miss: [`Code::Miss`]. No LRU bump.
@@ -201,7 +206,7 @@ pub struct Flags<'a> {
     pub opaque: Option<&'a [u8]>,
     /// `q`: quiet, suppress the nominal reply (see [`suppressed`]).
     pub quiet: bool,
-    /// `s`: return the value size (mg).
+    /// `s`: return the value size (mg; ms: the stored item's, 1.6.45).
     pub return_size: bool,
     /// `t`: return remaining TTL in seconds, `-1` for none (mg, ma).
     pub return_ttl: bool,
@@ -209,10 +214,10 @@ pub struct Flags<'a> {
     pub no_bump: bool,
     /// `v`: return the value as a data block, `VA <size>` instead of `HD` (mg, ma).
     pub return_value: bool,
-    /// `C<u64>`: compare CAS (ms, md, ma).
+    /// `C<u64>`: compare CAS (ms, md, ma; mg: no value when it matches).
     pub compare_cas: Option<u64>,
-    /// `E<u64>`: new CAS to give the item if modified (newer memcached; not 1.6.18). Parsed so
-    /// the server can answer it; tern's server refuses it, as 1.6.18 does.
+    /// `E<u64>`: the CAS to give the item this request creates or modifies, instead of a fresh
+    /// one (ms, md, ma, and mg when it vivifies; 1.6.45, refused by 1.6.18).
     pub new_cas: Option<u64>,
     /// `F<u32>`: client flags to store (ms), 0 if absent.
     pub client_flags: u32,
@@ -695,7 +700,7 @@ pub fn suppressed(command: Command, code: Code) -> bool {
 pub struct ItemInfo {
     pub cas: u64,
     pub client_flags: u32,
-    /// Value length in bytes (`s`).
+    /// Value length in bytes (`s`; for ms the stored item's).
     pub size: usize,
     /// Remaining TTL in seconds; `None` for an item that never expires (`t-1`).
     pub ttl: Option<u32>,
@@ -756,6 +761,12 @@ pub fn write_reply(
             (Command::Set { .. }, b'c', _) => {
                 out.extend_from_slice(b" c");
                 push_num(out, item.map_or(0, |i| i.cas));
+            }
+            // memcached 1.6.45: the stored item's size (the joined value's after an append),
+            // and the data's own size when nothing was stored.
+            (Command::Set { data_len, .. }, b's', _) => {
+                out.extend_from_slice(b" s");
+                push_num(out, item.map_or(data_len, |i| i.size) as u64);
             }
             (Command::Get | Command::Arithmetic { .. }, b'c', Some(i)) => {
                 out.extend_from_slice(b" c");
@@ -1082,14 +1093,18 @@ mod tests {
         );
         assert_eq!(reply(&r, Code::NotStored, None, b""), "NS O1 kfoo c0\r\n");
         assert_eq!(reply(&r, Code::Exists, None, b""), "EX O1 kfoo c0\r\n");
-        // ms does not return s, t or f, nor W/X/Z.
+        // ms does not return t or f, nor W/X/Z; s (memcached 1.6.45, not 1.6.18) is the
+        // stored item's size, or the data's when nothing was stored. 1.6.45: "ms s1 2 s t f k
+        // c O9" -> "HD s2 ks1 c4 O9"; after it, "ms s1 2 s MA" -> "HD s4"; "ms s1 2 s C1" ->
+        // "EX s2".
         let r = ok("ms foo 2 s t f");
         let item = ItemInfo {
-            size: 2,
+            size: 4,
             stale: true,
             ..ItemInfo::default()
         };
-        assert_eq!(reply(&r, Code::Stored, Some(&item), b""), "HD\r\n");
+        assert_eq!(reply(&r, Code::Stored, Some(&item), b""), "HD s4\r\n");
+        assert_eq!(reply(&r, Code::Exists, None, b""), "EX s2\r\n");
     }
 
     #[test]

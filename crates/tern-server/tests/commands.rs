@@ -66,7 +66,8 @@ fn cas_commands() {
         b"cas k 0 0 1 x\r\n",
         b"CLIENT_ERROR bad command line format\r\n",
     );
-    c.expect(b"z\r\n", b"ERROR\r\n");
+    // The data line read as a command: memcached 1.6.45 refuses a line of under 4 bytes.
+    c.expect(b"z\r\n", b"CLIENT_ERROR bad command line format\r\n");
     c.expect(b"cas k 0 0 1\r\n", b"ERROR\r\n");
     let s = c.stats("stats\r\n");
     assert_eq!(
@@ -226,8 +227,6 @@ fn bad_command_lines() {
     let mut c = server.connect();
     for bad in [
         "bogus",
-        "x",
-        "",
         "GET a",
         "get",
         "gets",
@@ -237,6 +236,10 @@ fn bad_command_lines() {
         c.expect(format!("{bad}\r\n").as_bytes(), b"ERROR\r\n");
     }
     let format = b"CLIENT_ERROR bad command line format\r\n";
+    // memcached 1.6.45 (1.6.18 said ERROR): a line of under 4 bytes, its ending included.
+    for short in ["x", ""] {
+        c.expect(format!("{short}\r\n").as_bytes(), format);
+    }
     // Without a valid length the data line is read as a command, as in memcached.
     c.expect(b"set k x 0 1\r\n", format);
     c.expect(b"set k -1 0 1\r\n", format);
@@ -261,12 +264,13 @@ fn bad_command_lines() {
         b"set k x 0 1 noreply\r\nversion\r\n",
         b"VERSION 1.6.18-tern-0.1.0\r\n",
     );
-    // A data block that does not end in \r\n.
+    // A data block that does not end in \r\n; what follows is read as a line, here one of
+    // under 4 bytes, which memcached 1.6.45 answers with a bad format (1.6.18: ERROR).
     c.expect(
         b"set k 0 0 1\r\nxy\r\n",
-        b"CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\n",
     );
-    c.expect(b"set k 0 0 2 noreply\r\nxyz\r\n", b"ERROR\r\n");
+    c.expect(b"set k 0 0 2 noreply\r\nxyz\r\n", format);
     // Control characters are part of a key, as in memcached's text protocol.
     c.expect(
         b"set a\x01\tb 0 0 1\r\nx\r\nget a\x01\tb\r\n",

@@ -1,7 +1,8 @@
 //! The same seeded random command stream goes to tern and to Debian's memcached; the replies
-//! must be identical, apart from CAS uniques and the version string. One path is compared with
+//! must be identical, apart from CAS uniques and the version string. Two paths are compared with
 //! newer memcached instead of 1.6.18 itself: incr/decr of a stored number of 2^63 or more (see
-//! [`Peer::count_as_newer_memcached`]).
+//! [`Peer::count_as_newer_memcached`]) and a line of under 4 bytes (see
+//! [`as_newer_memcached_reads_short_lines`]).
 
 use tern_testkit::{Conn, ServerProcess};
 
@@ -96,7 +97,8 @@ impl Peer {
                 return self.count_as_newer_memcached(&op, held);
             }
         }
-        self.exchange(request)
+        let reply = self.exchange(request);
+        as_newer_memcached_reads_short_lines(request, reply)
     }
 
     /// What memcached holds at `key` when incr/decr would read it as a number of 2^63 or more.
@@ -162,6 +164,59 @@ impl Peer {
             format!("{result}\r\n")
         }
     }
+}
+
+/// memcached 1.6.45 answers a line of under 4 bytes (line ending included) with `CLIENT_ERROR
+/// bad command line format`; 1.6.18 says `ERROR`. The stream makes such lines only out of a
+/// storage command's data: a refused command line leaves its data (`v\r\n`) to be read as a
+/// command, and a data block one byte longer than declared (bad data chunk) leaves a lone
+/// `\n`. Where 1.6.18's reply ends in the `ERROR` for such a line, the expectation is
+/// 1.6.45's.
+fn as_newer_memcached_reads_short_lines(request: &[u8], reply: String) -> String {
+    const FORMAT: &str = "CLIENT_ERROR bad command line format\r\n";
+    let Some(at) = request.windows(2).position(|w| w == b"\r\n") else {
+        return reply;
+    };
+    let (head, rest) = (&request[..at], &request[at + 2..]);
+    let words: Vec<&[u8]> = head.split(|&b| b == b' ').collect();
+    let storage = [
+        &b"set"[..],
+        b"add",
+        b"replace",
+        b"append",
+        b"prepend",
+        b"cas",
+    ];
+    if rest.is_empty()
+        || !storage.contains(&words[0])
+        || !reply.ends_with("\r\nERROR\r\n") && reply != "ERROR\r\n"
+    {
+        return reply;
+    }
+    // The line is refused (silently with noreply) when a number in it is not one.
+    let number = |at: usize, signed: bool| {
+        words
+            .get(at)
+            .and_then(|w| std::str::from_utf8(w).ok())
+            .is_some_and(|w| {
+                if signed {
+                    w.parse::<i64>().is_ok()
+                } else {
+                    w.parse::<u32>().is_ok()
+                }
+            })
+    };
+    let declared: Option<usize> = words
+        .get(4)
+        .and_then(|w| std::str::from_utf8(w).ok()?.parse().ok());
+    let short = match declared {
+        Some(declared) if number(2, false) && number(3, true) => rest.len() > declared + 2,
+        _ => rest.len() < 4,
+    };
+    if !short {
+        return reply;
+    }
+    format!("{}{FORMAT}", &reply[..reply.len() - "ERROR\r\n".len()])
 }
 
 /// A well-formed `incr`/`decr` request: the ones memcached answers by reading the stored value.

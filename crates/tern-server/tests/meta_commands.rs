@@ -1,7 +1,8 @@
 //! Meta commands against the real server: the behaviours memcached's protocol.txt documents
 //! (anti-stampede vivify/win/stale, recache, quiet pipelines ended by `mn`, base64 keys, opaque,
-//! `ms` and `ma` modes), then a seeded stream of meta commands sent to tern and to Debian's
-//! memcached 1.6.18, whose replies must agree apart from CAS values.
+//! `ms` and `ma` modes), memcached 1.6.45's additions (`E`, `ms s`, `mg C`, `md x`, short
+//! lines) as literal transcripts of 1.6.45, then a seeded stream of meta commands sent to tern
+//! and to Debian's memcached 1.6.18, whose replies must agree apart from CAS values.
 
 use tern_testkit::{Conn, Rng, ServerProcess};
 
@@ -215,6 +216,187 @@ fn a_too_large_ms_is_refused_and_its_data_skipped() {
         "SERVER_ERROR object too large for cache\r\n",
     );
     check(&mut c, "mg big v\r\n", "EN\r\n");
+}
+
+// What follows are transcripts of memcached 1.6.45 (the project's reference; Debian's 1.6.18
+// refuses `E` and `md x`, ignores `ms s` and `mg C`), sent byte for byte to it and to tern.
+// Fresh CAS values differ between servers and are written `c*`; a CAS the client sets with `E`
+// is the same on both and is written out.
+
+#[test]
+fn e_sets_the_cas_of_what_ms_stores() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    check(&mut c, "ms msetE 2 E973\r\nji\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg msetE c\r\n"), "HD c973\r\n");
+    assert_eq!(
+        ask(&mut c, "ms msetE 2 c C973 E4000\r\nlo\r\n"),
+        "HD c4000\r\n"
+    );
+    // Every mode takes it; a write that does not happen gives no CAS.
+    assert_eq!(ask(&mut c, "ms e1 2 E100 c\r\nhi\r\n"), "HD c100\r\n");
+    assert_eq!(
+        ask(&mut c, "ms e1 2 MA E200 c s\r\nho\r\n"),
+        "HD c200 s4\r\n"
+    );
+    assert_eq!(
+        ask(&mut c, "ms e1 2 MP E300 c C200\r\nxx\r\n"),
+        "HD c300\r\n"
+    );
+    assert_eq!(ask(&mut c, "ms e1 2 MP E400 c C1\r\nxx\r\n"), "EX c0\r\n");
+    assert_eq!(ask(&mut c, "ms e2 2 ME E500 c\r\nxx\r\n"), "HD c500\r\n");
+    assert_eq!(ask(&mut c, "ms e2 2 ME E600 c\r\nyy\r\n"), "NS c0\r\n");
+    assert_eq!(ask(&mut c, "ms e1 2 MR E700 c\r\nzz\r\n"), "HD c700\r\n");
+    assert_eq!(
+        ask(&mut c, "ms e3 2 MA N30 E800 c\r\nzz\r\n"),
+        "HD c800\r\n"
+    );
+    assert_eq!(ask(&mut c, "mg e3 c v\r\n"), "VA 2 c800\r\nzz\r\n");
+    // The classic protocol sees it too.
+    c.expect(b"gets e3\r\n", b"VALUE e3 0 2 800\r\nzz\r\nEND\r\n");
+    c.expect(b"cas e3 0 0 2 800\r\nyo\r\n", b"STORED\r\n");
+    // The largest; `E0` on ms is no `E` (a fresh CAS); a bad token is refused, data skipped.
+    assert_eq!(
+        ask(&mut c, "ms e4 2 E18446744073709551615 c\r\nhi\r\n"),
+        "HD c18446744073709551615\r\n"
+    );
+    check(&mut c, "ms e5 2 E0 c\r\nhi\r\n", "HD c*\r\n");
+    assert_ne!(current_cas(&mut c, "e5"), 0);
+    for bad in ["E18446744073709551616", "Ex", "E", "E-1"] {
+        check(
+            &mut c,
+            &format!("ms e6 2 {bad} c\r\nhi\r\n"),
+            "CLIENT_ERROR bad token in command line format\r\n",
+        );
+    }
+    check(&mut c, "mg e6 v\r\n", "EN\r\n");
+}
+
+#[test]
+fn e_on_mg_sets_the_cas_of_a_vivified_item_only() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    assert_eq!(
+        ask(&mut c, "mg mgetE s c v N30 t E9876\r\n"),
+        "VA 0 s0 c9876 t30 W\r\n\r\n"
+    );
+    // Nothing changes on a hit, a touch included: E is ignored.
+    assert_eq!(ask(&mut c, "mg mgetE c E5\r\n"), "HD c9876 Z\r\n");
+    assert_eq!(ask(&mut c, "mg mgetE c T60 E77\r\n"), "HD c9876 Z\r\n");
+    // Outside ms, E0 is CAS 0.
+    assert_eq!(ask(&mut c, "mg zero N30 E0 c\r\n"), "HD c0 W\r\n");
+}
+
+#[test]
+fn e_on_md_and_ma() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    check(&mut c, "ms mdelE 2 E1234\r\nmE\r\n", "HD\r\n");
+    check(&mut c, "md mdelE C1234 E5678 I\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg mdelE c v\r\n"), "VA 2 c5678 X W\r\nmE\r\n");
+    check(&mut c, "md mdelE E9999 I T30\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg mdelE c t\r\n"), "HD c9999 t30 X W\r\n");
+    // A plain delete has nothing to give the CAS to.
+    check(&mut c, "md mdelE E7777\r\n", "HD\r\n");
+    check(&mut c, "mg mdelE c\r\n", "EN\r\n");
+
+    assert_eq!(
+        ask(&mut c, "ma maE v N0 c E4321 J5\r\n"),
+        "VA 1 c4321\r\n5\r\n"
+    );
+    // Without E the number's change takes a fresh CAS.
+    check(&mut c, "ma maE C4321 c v\r\n", "VA 1 c*\r\n6\r\n");
+    assert_ne!(current_cas(&mut c, "maE"), 4321);
+    assert_eq!(ask(&mut c, "ma maE c v E8765\r\n"), "VA 1 c8765\r\n7\r\n");
+    assert_eq!(ask(&mut c, "ma maE c v E0\r\n"), "VA 1 c0\r\n8\r\n");
+    // A counter rewritten in place (memcached pads it with spaces) keeps E too.
+    c.expect(b"set m2 0 0 2\r\n10\r\n", b"STORED\r\n");
+    assert_eq!(ask(&mut c, "ma m2 E5 c v MD\r\n"), "VA 1 c5\r\n9\r\n");
+    assert_eq!(ask(&mut c, "ma m2 E7 c v q\r\n"), "");
+    assert_eq!(ask(&mut c, "mg m2 c v\r\n"), "VA 2 c7\r\n10\r\n");
+}
+
+#[test]
+fn ms_s_returns_the_stored_size() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    check(&mut c, "ms a 1 s\r\n1\r\n", "HD s1\r\n");
+    check(
+        &mut c,
+        "ms s1 2 s t f k c O9 F5 T100\r\nhi\r\n",
+        "HD s2 ks1 c* O9\r\n",
+    );
+    check(&mut c, "ms s1 2 s MA\r\nho\r\n", "HD s4\r\n");
+    check(&mut c, "ms appendviv 2 MA N30\r\nmo\r\n", "HD\r\n");
+    check(&mut c, "ms appendviv 2 MA N30 s\r\nko\r\n", "HD s4\r\n");
+    check(&mut c, "ms s2 2 s ME\r\nxx\r\n", "HD s2\r\n");
+    // Not stored: the data's size.
+    check(&mut c, "ms s2 2 s ME\r\nxx\r\n", "NS s2\r\n");
+    check(&mut c, "ms s3 2 s MR\r\nxx\r\n", "NS s2\r\n");
+    check(&mut c, "ms s1 2 s C1\r\nxx\r\n", "EX s2\r\n");
+    check(&mut c, "ms s4 2 s C1\r\nxx\r\n", "NF s2\r\n");
+}
+
+#[test]
+fn mg_c_matching_the_item_sends_no_value() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    check(&mut c, "ms vc 2 E50\r\nva\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg vc C50 v c\r\n"), "HD c50\r\n");
+    assert_eq!(ask(&mut c, "mg vc C50 k v s q\r\n"), "HD kvc s2\r\n");
+    assert_eq!(ask(&mut c, "mg vc C51 v t\r\n"), "VA 2 t-1\r\nva\r\n");
+    assert_eq!(ask(&mut c, "mg nokey C50 v\r\n"), "EN\r\n");
+    assert_eq!(
+        ask(&mut c, "mg vc Cx v\r\n"),
+        "CLIENT_ERROR bad token in command line format\r\n"
+    );
+}
+
+#[test]
+fn md_x_leaves_an_empty_item_with_the_requests_flags_and_ttl() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    // The old flags and TTL go; the CAS stays.
+    check(&mut c, "ms x1 2 F5 T100 E23\r\nab\r\n", "HD\r\n");
+    check(&mut c, "md x1 x\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg x1 f t c v\r\n"), "VA 0 f0 t-1 c23\r\n\r\n");
+    check(&mut c, "md x1 x T50 F7\r\n", "HD\r\n");
+    check(&mut c, "mg x1 f t v\r\n", "VA 0 f7 t50\r\n\r\n");
+    // T without I or x deletes.
+    check(&mut c, "md x1 T20\r\n", "HD\r\n");
+    check(&mut c, "mg x1 t\r\n", "EN\r\n");
+    check(&mut c, "md x1 x\r\n", "NF\r\n");
+    check(&mut c, "md x1 x q\r\n", "NF\r\n");
+    // With E, with I (stale, a new CAS, the win token handed out again), and a plain x after
+    // that: a fresh item, the CAS kept, no marks.
+    check(&mut c, "ms x2 2 E10\r\nab\r\n", "HD\r\n");
+    check(&mut c, "md x2 x E20\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg x2 c v\r\n"), "VA 0 c20\r\n\r\n");
+    check(&mut c, "md x2 x I E30\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg x2 c v\r\n"), "VA 0 c30 X W\r\n\r\n");
+    check(&mut c, "md x2 x\r\n", "HD\r\n");
+    assert_eq!(ask(&mut c, "mg x2 c v\r\n"), "VA 0 c30\r\n\r\n");
+    check(&mut c, "md x2 x C1\r\n", "EX\r\n");
+    // x and I without E: the new CAS is fresh; T sets the TTL.
+    check(&mut c, "ms x3 2 T100 F3 E40\r\nhi\r\n", "HD\r\n");
+    check(&mut c, "md x3 x I T30\r\n", "HD\r\n");
+    check(&mut c, "mg x3 t f v c\r\n", "VA 0 t30 f0 c* X W\r\n\r\n");
+    assert_ne!(current_cas(&mut c, "x3"), 40);
+}
+
+#[test]
+fn a_short_line_is_a_bad_command_line() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    // Under 4 bytes with its line ending: refused before the command is looked at.
+    let bad = "CLIENT_ERROR bad command line format\r\n";
+    for line in [" \n", "\r\n", "\n", "mn\n", "x\r\n"] {
+        assert_eq!(ask(&mut c, line), bad, "{line:?}");
+    }
+    // Four bytes or more: looked up, and not a command.
+    for line in ["  \r\n", "\t\t\r\n", "ab\r\n"] {
+        assert_eq!(ask(&mut c, line), "ERROR\r\n", "{line:?}");
+    }
 }
 
 /// One generated request; `{CAS}` / `{OLD}` stand for the key's CAS on the server it is sent

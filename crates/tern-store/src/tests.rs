@@ -53,12 +53,12 @@ fn total_items_counts_stores_and_outgrown_counters_only() {
     s.store(StoreOp::Set, b"a", 0, Expiry::NEVER, b"aa");
     s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"5");
     s.store(StoreOp::Add, b"a", 0, Expiry::NEVER, b"x");
-    let _ = s.incr_decr(b"n", Arith::Incr, 2, None);
-    let _ = s.incr_decr(b"n", Arith::Decr, 1, None);
+    let _ = s.incr_decr(b"n", Arith::Incr, 2, None, None);
+    let _ = s.incr_decr(b"n", Arith::Decr, 1, None, None);
     assert!(s.touch(b"a", Expiry(s.clock().now() + 100)));
     assert_eq!(s.stats().total_items, 2);
     // 6 -> 106 no longer fits where 6 was: memcached links a new item and counts it.
-    let _ = s.incr_decr(b"n", Arith::Incr, 100, None);
+    let _ = s.incr_decr(b"n", Arith::Incr, 100, None, None);
     assert_eq!(s.stats().total_items, 3);
 }
 
@@ -67,9 +67,12 @@ fn incr_decr_follow_memcached() {
     let s = store();
     s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"100");
     let value = |r: Result<Counted, ArithError>| r.map(|c| c.value);
-    assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1, None)), Ok(99));
+    assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1, None, None)), Ok(99));
     assert_eq!(get(&s, b"n"), Ok(b"99 ".to_vec()));
-    assert_eq!(value(s.incr_decr(b"n", Arith::Decr, 1000, None)), Ok(0));
+    assert_eq!(
+        value(s.incr_decr(b"n", Arith::Decr, 1000, None, None)),
+        Ok(0)
+    );
     s.store(
         StoreOp::Set,
         b"n",
@@ -77,16 +80,16 @@ fn incr_decr_follow_memcached() {
         Expiry::NEVER,
         b"18446744073709551615",
     );
-    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 2, None)), Ok(1));
+    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 2, None, None)), Ok(1));
     s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b" 12");
-    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 1, None)), Ok(13));
+    assert_eq!(value(s.incr_decr(b"n", Arith::Incr, 1, None, None)), Ok(13));
     s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, b"abc");
     assert_eq!(
-        s.incr_decr(b"n", Arith::Incr, 1, None),
+        s.incr_decr(b"n", Arith::Incr, 1, None, None),
         Err(ArithError::NonNumeric)
     );
     assert_eq!(
-        s.incr_decr(b"missing", Arith::Incr, 1, None),
+        s.incr_decr(b"missing", Arith::Incr, 1, None, None),
         Err(ArithError::NotFound)
     );
 }
@@ -131,7 +134,7 @@ fn cas_conditioned_ops_check_in_the_same_step() {
     // Mismatch: nothing changes.
     assert_eq!(s.delete_checked(b"k", Some(stale)), Err(Refused::Exists));
     assert_eq!(
-        s.incr_decr(b"k", Arith::Incr, 1, Some(stale)),
+        s.incr_decr(b"k", Arith::Incr, 1, Some(stale), None),
         Err(ArithError::Exists)
     );
     for op in [StoreOp::Append(Some(stale)), StoreOp::Prepend(Some(stale))] {
@@ -140,13 +143,16 @@ fn cas_conditioned_ops_check_in_the_same_step() {
             StoreOutcome::Exists
         );
     }
-    assert_eq!(s.invalidate(b"k", None, Some(stale)), Err(Refused::Exists));
+    assert_eq!(
+        s.invalidate(b"k", None, Some(stale), None),
+        Err(Refused::Exists)
+    );
     assert_eq!(
         s.get(b"k", |i| (i.value.to_vec(), i.cas(), i.stale)),
         Ok((b"1".to_vec(), cas, false))
     );
     // Match: each op runs and hands out the CAS the next one must name.
-    let counted = s.incr_decr(b"k", Arith::Incr, 1, Some(cas)).unwrap();
+    let counted = s.incr_decr(b"k", Arith::Incr, 1, Some(cas), None).unwrap();
     assert_eq!(counted.value, 2);
     assert_eq!(
         s.get(b"k", |i| (i.cas(), i.expiry)),
@@ -167,7 +173,7 @@ fn cas_conditioned_ops_check_in_the_same_step() {
         panic!("prepend with the current CAS")
     };
     assert_eq!(get(&s, b"k"), Ok(b"120".to_vec()));
-    assert_eq!(s.invalidate(b"k", None, Some(cas)), Ok(()));
+    assert_eq!(s.invalidate(b"k", None, Some(cas), None), Ok(()));
     // memcached's `md I` gives the item a new CAS: the one read before no longer matches.
     assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::Exists));
     let (stale, new_cas) = s.get(b"k", |i| (i.stale, i.cas())).unwrap();
@@ -177,14 +183,109 @@ fn cas_conditioned_ops_check_in_the_same_step() {
     // Missing: NotFound (append/prepend: NotStored, as memcached answers).
     assert_eq!(s.delete_checked(b"k", Some(cas)), Err(Refused::NotFound));
     assert_eq!(
-        s.incr_decr(b"k", Arith::Incr, 1, Some(cas)),
+        s.incr_decr(b"k", Arith::Incr, 1, Some(cas), None),
         Err(ArithError::NotFound)
     );
-    assert_eq!(s.invalidate(b"k", None, Some(cas)), Err(Refused::NotFound));
+    assert_eq!(
+        s.invalidate(b"k", None, Some(cas), None),
+        Err(Refused::NotFound)
+    );
     assert_eq!(
         s.store(StoreOp::Append(Some(cas)), b"k", 0, Expiry::NEVER, b"0"),
         StoreOutcome::NotStored
     );
+}
+
+fn stored_cas(outcome: StoreOutcome) -> u64 {
+    match outcome {
+        StoreOutcome::Stored { cas } => cas,
+        other => panic!("not stored: {other:?}"),
+    }
+}
+
+#[test]
+fn a_client_given_cas_is_kept_until_the_item_next_changes() {
+    let s = store();
+    let cas_of = |key: &[u8]| s.get(key, |i| i.cas()).unwrap();
+    let with = |op, value: &[u8], cas| {
+        stored_cas(s.store_with_cas(op, b"k", 0, Expiry::NEVER, value, cas))
+    };
+    assert_eq!(with(StoreOp::Set, b"1", Some(973)), 973);
+    assert_eq!(cas_of(b"k"), 973);
+    // A compare-and-swap names the given CAS and gives another.
+    assert_eq!(with(StoreOp::Cas(973), b"2", Some(4000)), 4000);
+    // A touch that moves the item (it gains an expiry field) keeps it.
+    assert!(s.touch(b"k", Expiry::from_exptime(100, T0)));
+    assert_eq!(cas_of(b"k"), 4000);
+    assert_eq!(with(StoreOp::Append(Some(4000)), b"3", Some(5)), 5);
+    let fresh = with(StoreOp::Append(None), b"4", None);
+    assert_ne!(fresh, 5);
+    assert_eq!(get(&s, b"k"), Ok(b"234".to_vec()));
+    let counted = s
+        .incr_decr(b"k", Arith::Incr, 1, Some(fresh), Some(77))
+        .unwrap();
+    assert_eq!((counted.value, counted.cas, cas_of(b"k")), (235, 77, 77));
+    let counted = s.incr_decr(b"k", Arith::Incr, 1, None, None).unwrap();
+    assert!(counted.cas != 77 && counted.cas == cas_of(b"k"));
+    assert_eq!(s.invalidate(b"k", None, None, Some(88)), Ok(()));
+    assert_eq!(s.get(b"k", |i| (i.cas(), i.stale)), Ok((88, true)));
+    // 0 is a CAS like any other.
+    assert_eq!(with(StoreOp::Set, b"1", Some(0)), 0);
+    assert_eq!(cas_of(b"k"), 0);
+    // A plain set takes a fresh one again.
+    let plain = stored_cas(s.store(StoreOp::Set, b"k", 0, Expiry::NEVER, b"1"));
+    assert!(plain != 0 && plain == cas_of(b"k"));
+    // Without CAS uniques (`-C`) every CAS is 0, a given one too.
+    let no_cas = Store::new(
+        Config {
+            cas_enabled: false,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    )
+    .unwrap();
+    let outcome = no_cas.store_with_cas(StoreOp::Set, b"k", 0, Expiry::NEVER, b"1", Some(9));
+    assert_eq!(stored_cas(outcome), 0);
+    assert_eq!(no_cas.get(b"k", |i| i.cas()), Ok(0));
+}
+
+#[test]
+fn large_items_take_a_given_cas_in_place_too() {
+    let s = Store::new(
+        Config {
+            segment_size: 4096,
+            max_item_size: 64 << 10,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    )
+    .unwrap();
+    let cas_of = |key: &[u8]| s.get(key, |i| i.cas()).unwrap();
+    // A counter padded past a segment's size: incr and invalidate change it where it is.
+    let mut big = b"5".to_vec();
+    big.resize(10_000, b' ');
+    let set = s.store_with_cas(StoreOp::Set, b"n", 0, Expiry::NEVER, &big, Some(9));
+    assert_eq!((stored_cas(set), cas_of(b"n")), (9, 9));
+    let counted = s
+        .incr_decr(b"n", Arith::Incr, 1, Some(9), Some(10))
+        .unwrap();
+    assert_eq!((counted.value, counted.cas, cas_of(b"n")), (6, 10, 10));
+    let counted = s.incr_decr(b"n", Arith::Incr, 1, None, None).unwrap();
+    assert!(counted.cas != 10 && counted.cas == cas_of(b"n"));
+    assert_eq!(
+        s.invalidate(b"n", None, Some(counted.cas), Some(11)),
+        Ok(())
+    );
+    assert_eq!(cas_of(b"n"), 11);
+    assert_eq!(s.invalidate(b"n", None, None, None), Ok(()));
+    let fresh = cas_of(b"n");
+    assert!(fresh != 11 && fresh != counted.cas);
+    // Written without one, a large item's CAS is its place's, and changes with each write.
+    let plain = stored_cas(s.store(StoreOp::Set, b"n", 0, Expiry::NEVER, &big));
+    assert_eq!(cas_of(b"n"), plain);
+    assert!(s.touch(b"n", Expiry::from_exptime(100, T0)));
+    assert_eq!(cas_of(b"n"), plain);
+    assert_eq!(get(&s, b"n"), Ok(big));
 }
 
 #[test]

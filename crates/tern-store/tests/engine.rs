@@ -213,15 +213,15 @@ fn large_items_use_runs_of_the_same_heap() {
     set(&s, b"n", &number);
     let cas = s.get(b"n", |it| it.cas()).unwrap();
     assert_eq!(
-        s.incr_decr(b"n", Arith::Incr, 1, Some(cas + 1)),
+        s.incr_decr(b"n", Arith::Incr, 1, Some(cas + 1), None),
         Err(ArithError::Exists)
     );
-    let counted = s.incr_decr(b"n", Arith::Incr, 1, Some(cas)).unwrap();
+    let counted = s.incr_decr(b"n", Arith::Incr, 1, Some(cas), None).unwrap();
     assert_eq!(counted.value, 42);
     assert_ne!(counted.cas, cas);
     assert_eq!(s.get(b"n", |it| it.cas()), Ok(counted.cas));
     // Invalidating a run marks it in place and moves its epoch: a new CAS, as for incr.
-    assert_eq!(s.invalidate(b"n", None, Some(counted.cas)), Ok(()));
+    assert_eq!(s.invalidate(b"n", None, Some(counted.cas), None), Ok(()));
     assert_eq!(s.get(b"n", |it| it.stale), Ok(true));
     assert_ne!(s.get(b"n", |it| it.cas()), Ok(counted.cas));
     assert_eq!(s.get(b"n", |it| &it.value[..3] == b"42 "), Ok(true));
@@ -291,7 +291,7 @@ fn meta_marks_and_metadata() {
     assert_eq!(s.get(b"k", |it| (it.win_sent, it.stale)), Ok((true, false)));
     let before = s.get(b"k", |it| it.cas()).unwrap();
     assert_eq!(
-        s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None),
+        s.invalidate(b"k", Some(Expiry::from_exptime(30, T0 + 15)), None, None),
         Ok(())
     );
     assert_ne!(
@@ -325,7 +325,10 @@ fn meta_marks_and_metadata() {
         Ok((false, T0 + 15, true))
     );
     assert_eq!(s.peek_marked(b"p", None, |it, _| it.fetched), Ok(true));
-    assert_eq!(s.invalidate(b"missing", None, None), Err(Refused::NotFound));
+    assert_eq!(
+        s.invalidate(b"missing", None, None, None),
+        Err(Refused::NotFound)
+    );
 }
 
 #[test]
@@ -346,7 +349,7 @@ fn cas_changes_with_every_version_and_only_then() {
     }
     set(&s, b"n", b"1");
     let before = s.get(b"n", |it| it.cas()).unwrap();
-    s.incr_decr(b"n", Arith::Incr, 1, None).unwrap();
+    s.incr_decr(b"n", Arith::Incr, 1, None, None).unwrap();
     assert!(seen.insert(before) && before != s.get(b"n", |it| it.cas()).unwrap());
     let off = store_with(Config {
         cas_enabled: false,
@@ -587,7 +590,7 @@ fn cas_conditioned_incr_loses_no_update() {
                         let (seen, cas) = s
                             .get(b"n", |it| (parse_u64(it.value).unwrap(), it.cas()))
                             .unwrap();
-                        match s.incr_decr(b"n", Arith::Incr, 1, Some(cas)) {
+                        match s.incr_decr(b"n", Arith::Incr, 1, Some(cas), None) {
                             Ok(counted) => {
                                 assert_eq!(counted.value, seen + 1, "a write slipped in");
                                 break;

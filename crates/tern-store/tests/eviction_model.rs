@@ -392,7 +392,7 @@ impl Case {
                 self.model.items.remove(&k);
             }
             Op::Arith(k, arith, delta) => {
-                let got = self.store.incr_decr(&key(k), arith, delta, None);
+                let got = self.store.incr_decr(&key(k), arith, delta, None, None);
                 let current = self.model.current(k, now);
                 match got {
                     Ok(counted) => {
@@ -419,7 +419,7 @@ impl Case {
                 }
             }
             Op::Invalidate(k) => {
-                let got = self.store.invalidate(&key(k), None, None);
+                let got = self.store.invalidate(&key(k), None, None, None);
                 let present = self.model.current(k, now).is_some();
                 match got {
                     Ok(()) => assert!(present, "invalidate {k} found a key the model lost"),

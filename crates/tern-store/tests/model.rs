@@ -318,8 +318,13 @@ fn check(ops: Vec<Op>, shards: usize) {
             }
             Op::Arith(k, arith, delta, cond) => {
                 let current = model.live(k, now).cloned();
-                let got =
-                    store.incr_decr(KEYS[k], arith, delta, cond.expected_cas(current.as_ref()));
+                let got = store.incr_decr(
+                    KEYS[k],
+                    arith,
+                    delta,
+                    cond.expected_cas(current.as_ref()),
+                    None,
+                );
                 match model.live(k, now) {
                     None => assert_eq!(got, Err(ArithError::NotFound)),
                     // The CAS is checked before the value is parsed, as memcached does.

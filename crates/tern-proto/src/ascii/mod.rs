@@ -220,9 +220,16 @@ fn parse_from(buf: &[u8], max_line: usize, searched: usize) -> Frame<'_> {
         };
         (&buf[..end], end + newline)
     };
+    // memcached 1.6.45 refuses a line of under 4 bytes, its line ending included (an empty or
+    // blank line, `mn\n`), before it looks at the command.
+    let parsed = if newline + 1 < 4 {
+        reject(BAD_FORMAT, false)
+    } else {
+        parse_line(line)
+    };
     Frame::Line {
         consumed: newline + 1,
-        parsed: parse_line(line),
+        parsed,
     }
 }
 
@@ -1162,17 +1169,25 @@ mod tests {
         };
         assert_eq!(keys(k), [&b"a"[..]]);
         assert_eq!(parse(b"get a\0 b", 1 << 20), Frame::Incomplete);
-        let Frame::Line { parsed, .. } = parse(b"\0\n", 1 << 20) else {
+        // memcached 1.6.45 (1.6.18 said ERROR): a line of under 4 bytes is a bad format.
+        for short in [
+            &b"\0\n"[..],
+            b"\0\r\n",
+            b"\n",
+            b"\r\n",
+            b" \n",
+            b"mn\n",
+            b"x\r\n",
+        ] {
+            let Frame::Line { parsed, .. } = parse(short, 1 << 20) else {
+                panic!()
+            };
+            assert_eq!(parsed, reject(BAD_FORMAT, false), "{short:?}");
+        }
+        let Frame::Line { parsed, .. } = parse(b"\0  \n", 1 << 20) else {
             panic!()
         };
-        assert_eq!(
-            parsed,
-            Err(Rejection {
-                reply: ERROR,
-                noreply: false,
-                hang_up: false,
-            })
-        );
+        assert_eq!(parsed, reject(ERROR, false));
     }
 
     #[test]

@@ -65,7 +65,8 @@ const EXTSTORE: Effect = Effect::Ignored(Reason::Extstore);
 
 const NO_PROXY: Effect = Effect::Refused("tern is a cache, not memcached's proxy");
 
-/// Every extended option of memcached 1.6.45 (built with TLS, extstore and the proxy).
+/// Every extended option of memcached 1.6.45 (built with TLS, extstore and the proxy, and its
+/// debug build's `relaxed_privileges`).
 const OPTIONS: &[Opt] = &[
     opt("maxconns_fast", Flag, MaxconnsFast(true)),
     opt("no_maxconns_fast", Flag, MaxconnsFast(false)),
@@ -126,6 +127,9 @@ const OPTIONS: &[Opt] = &[
         Effect::Ignored(Reason::Deprecated),
     ),
     opt("drop_privileges", Flag, Effect::Ignored(Reason::Seccomp)),
+    // memcached-debug's only (the build its own tests run, whose harness always passes it):
+    // it loosens drop_privileges' seccomp filter for the tests.
+    opt("relaxed_privileges", Flag, Effect::Ignored(Reason::Seccomp)),
     opt(
         "sock_cookie_id",
         Int(0, U32),

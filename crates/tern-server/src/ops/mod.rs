@@ -248,8 +248,10 @@ impl<'a> Ops<'a> {
 
     /// A read that may change the item's meta marks (meta's `mg`); `peek` leaves the fetched
     /// mark and access time alone (`u`). With `vivify`, a miss creates an empty item with
-    /// that expiry and reads it (get-or-create); `read` is told whether this request created
-    /// it. Another client's item created in between is read like any hit.
+    /// that expiry (and the CAS `vivify_cas` when given, meta's `E`) and reads it
+    /// (get-or-create); `read` is told whether this request created it. Another client's item
+    /// created in between is read like any hit.
+    #[allow(clippy::too_many_arguments)]
     pub fn get_marked<R>(
         &self,
         cmd: Cmd,
@@ -257,6 +259,7 @@ impl<'a> Ops<'a> {
         touch: Option<Expiry>,
         peek: bool,
         vivify: Option<Expiry>,
+        vivify_cas: Option<u64>,
         mut read: impl FnMut(ItemView<'_>, &mut Marks, bool) -> R,
     ) -> Result<R, Miss> {
         let store = self.store();
@@ -272,7 +275,7 @@ impl<'a> Ops<'a> {
                 (Err(_), Some(expiry)) if !tried => {
                     tried = true;
                     created = matches!(
-                        store.store(StoreOp::Add, key, 0, expiry, b""),
+                        store.store_with_cas(StoreOp::Add, key, 0, expiry, b"", vivify_cas),
                         StoreOutcome::Stored { .. }
                     );
                 }
@@ -379,9 +382,36 @@ impl<'a> Ops<'a> {
         create: Option<(u64, Expiry)>,
         new_expiry: Option<Expiry>,
     ) -> Result<(Counted, bool), ArithFailure> {
+        self.arithmetic_with_cas(
+            cmd,
+            key,
+            direction,
+            delta,
+            expected_cas,
+            create,
+            new_expiry,
+            None,
+        )
+    }
+
+    /// `arithmetic`, the version it writes (or creates) taking the CAS `new_cas` when given
+    /// (meta's `E`) instead of a fresh one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arithmetic_with_cas(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        direction: Arith,
+        delta: u64,
+        expected_cas: Option<u64>,
+        create: Option<(u64, Expiry)>,
+        new_expiry: Option<Expiry>,
+        new_cas: Option<u64>,
+    ) -> Result<(Counted, bool), ArithFailure> {
         let store = self.store();
         for _ in 0..2 {
-            let (outcome, failure) = match store.incr_decr(key, direction, delta, expected_cas) {
+            let counted = store.incr_decr(key, direction, delta, expected_cas, new_cas);
+            let (outcome, failure) = match counted {
                 Ok(mut counted) => {
                     self.record_key(cmd, Outcome::Hit, key);
                     if let Some(expiry) = new_expiry {
@@ -400,7 +430,8 @@ impl<'a> Ops<'a> {
             else {
                 return Err(failure);
             };
-            match store.store(StoreOp::Add, key, 0, expiry, initial.to_string().as_bytes()) {
+            let digits = initial.to_string();
+            match store.store_with_cas(StoreOp::Add, key, 0, expiry, digits.as_bytes(), new_cas) {
                 StoreOutcome::Stored { cas } => {
                     let counted = Counted {
                         value: initial,

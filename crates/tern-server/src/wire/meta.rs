@@ -31,17 +31,6 @@ pub fn run(ops: &Ops<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Step 
             return Step::Swallow(e.swallow);
         }
     };
-    if req.flags.new_cas.is_some() {
-        // The store assigns every CAS itself and cannot take one from the client, so tern
-        // answers `E` as memcached 1.6.18 does rather than ignore it.
-        let swallow = match req.command {
-            Command::Set { data_len, .. } => data_len + 2,
-            _ => 0,
-        };
-        ops.refused();
-        meta::write_error(out, ErrorReply::InvalidFlag);
-        return Step::Swallow(swallow);
-    }
     match req.command {
         Command::Set { data_len, mode } => {
             let key = req.key.bytes();
@@ -82,11 +71,6 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let key = req.key.bytes();
     let touch = f.ttl.map(|ttl| expiry(ops, ttl));
     let vivify = f.vivify_ttl.map(|ttl| expiry(ops, ttl));
-    let code = if f.return_value {
-        Code::Value
-    } else {
-        Code::Stored
-    };
     let now = ops.now();
     // A miss with `N` creates an empty item and this client wins its first fill; if another
     // client created it in between, theirs is read like any hit. `R` and `t` see the TTL after
@@ -103,8 +87,15 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         if won {
             marks.win_sent = true;
         }
+        let cas = item.cas();
+        // `C` naming the item's CAS: the client holds this version, so no value is sent.
+        let code = if f.return_value && f.compare_cas != Some(cas) {
+            Code::Value
+        } else {
+            Code::Stored
+        };
         let info = ItemInfo {
-            cas: item.cas(),
+            cas,
             client_flags: item.flags,
             size: item.value.len(),
             ttl: item.expiry.remaining(now),
@@ -119,7 +110,7 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
         meta::write_reply(out, req, code, Some(&info), item.value);
     };
     if ops
-        .get_marked(Cmd::MetaGet, key, touch, f.no_bump, vivify, read)
+        .get_marked(Cmd::MetaGet, key, touch, f.no_bump, vivify, f.new_cas, read)
         .is_err()
     {
         meta::write_reply(out, req, Code::Miss, None, b"");
@@ -131,6 +122,10 @@ fn set(ops: &Ops<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out: &mut 
     let key = req.key.bytes();
     let ttl = expiry(ops, f.ttl.unwrap_or(0));
     let vivify = f.vivify_ttl.map(|ttl| expiry(ops, ttl));
+    // memcached's `ms` takes `E0` as no `E` (its other commands give the item CAS 0).
+    let new_cas = f.new_cas.filter(|&cas| cas != 0);
+    let joins = matches!(mode, SetMode::Append | SetMode::Prepend);
+    let mut size = value.len();
     let outcome = ops.store_with(Cmd::MetaSet, key, ttl, value, |store| {
         let mut ttl = ttl;
         // `I` with a CAS older than the item's: store anyway, as memcached does: the new value
@@ -160,17 +155,27 @@ fn set(ops: &Ops<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out: &mut 
             (SetMode::Append, want) => StoreOp::Append(want),
             (SetMode::Prepend, want) => StoreOp::Prepend(want),
         };
-        let mut outcome = store.store(op, key, f.client_flags, ttl, value);
-        if outcome == StoreOutcome::NotStored
-            && matches!(op, StoreOp::Append(_) | StoreOp::Prepend(_))
-        {
+        let mut outcome = store.store_with_cas(op, key, f.client_flags, ttl, value, new_cas);
+        let mut created = false;
+        if outcome == StoreOutcome::NotStored && joins {
             // Newer memcached: `N` on append/prepend creates the item from the data.
             if let Some(vivify) = vivify {
-                outcome = store.store(StoreOp::Add, key, f.client_flags, vivify, value);
+                outcome =
+                    store.store_with_cas(StoreOp::Add, key, f.client_flags, vivify, value, new_cas);
+                created = true;
             }
         }
         if let (StoreOutcome::Stored { .. }, Some(stale)) = (outcome, stale_over) {
             let _ = store.get_marked(key, None, |_, marks| *marks = stale);
+        }
+        if let (StoreOutcome::Stored { .. }, true, false, true) =
+            (outcome, joins, created, f.return_size)
+        {
+            // `s` after an append is the joined value's size: read back without marking the
+            // item fetched (a write from another connection in between shows its own size).
+            if let Ok(len) = store.peek_marked(key, None, |item, _| item.value.len()) {
+                size = len;
+            }
         }
         outcome
     });
@@ -178,6 +183,7 @@ fn set(ops: &Ops<'_>, req: &Request<'_>, mode: SetMode, value: &[u8], out: &mut 
         StoreOutcome::Stored { cas } => {
             let info = ItemInfo {
                 cas,
+                size,
                 ..ItemInfo::default()
             };
             meta::write_reply(out, req, Code::Stored, Some(&info), b"");
@@ -205,29 +211,32 @@ fn delete(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let ttl = f.ttl.map(|ttl| expiry(ops, ttl));
     let done = ops.delete_with(Cmd::MetaDelete, key, |store| {
         if f.remove_value {
-            // `x`: keep the item (flags, TTL) with an empty value. With `C`, the rewrite is a
-            // compare-and-swap on the version whose flags and TTL were read.
-            match store.get(key, |item| (item.flags, item.expiry, item.cas())) {
-                Err(_) => Err(Refused::NotFound),
-                Ok((_, _, cas)) if want.is_some_and(|want| want != cas) => Err(Refused::Exists),
-                Ok((flags, expiry, cas)) => {
-                    let op = if want.is_some() {
-                        StoreOp::Cas(cas)
-                    } else {
-                        StoreOp::Replace
-                    };
-                    match store.store(op, key, flags, expiry, b"") {
-                        StoreOutcome::Stored { .. } if f.invalidate => {
-                            store.invalidate(key, ttl, None)
-                        }
-                        StoreOutcome::Stored { .. } => Ok(()),
-                        StoreOutcome::Exists => Err(Refused::Exists),
-                        _ => Err(Refused::NotFound),
+            // `x`, as memcached 1.6.45 does it: the item is replaced by an empty one with the
+            // request's flags (`F`, else 0) and TTL (`T`, else none), keeping its CAS unless
+            // `E` gives one. The rewrite is a compare-and-swap on the CAS just read (unmarked,
+            // as memcached's `md` does not fetch); another write in between is read again,
+            // unless the client's own `C` named the version it meant.
+            loop {
+                let cas = match store.peek_marked(key, None, |item, _| item.cas()) {
+                    Err(_) => return Err(Refused::NotFound),
+                    Ok(cas) if want.is_some_and(|want| want != cas) => return Err(Refused::Exists),
+                    Ok(cas) => cas,
+                };
+                let tombstone = ttl.unwrap_or(Expiry::NEVER);
+                let keep = Some(f.new_cas.unwrap_or(cas));
+                let op = StoreOp::Cas(cas);
+                match store.store_with_cas(op, key, f.client_flags, tombstone, b"", keep) {
+                    StoreOutcome::Stored { .. } if f.invalidate => {
+                        return store.invalidate(key, ttl, None, f.new_cas)
                     }
+                    StoreOutcome::Stored { .. } => return Ok(()),
+                    StoreOutcome::Exists if want.is_none() => continue,
+                    StoreOutcome::Exists => return Err(Refused::Exists),
+                    _ => return Err(Refused::NotFound),
                 }
             }
         } else if f.invalidate {
-            store.invalidate(key, ttl, want)
+            store.invalidate(key, ttl, want, f.new_cas)
         } else {
             store.delete_checked(key, want)
         }
@@ -250,7 +259,7 @@ fn arithmetic(ops: &Ops<'_>, req: &Request<'_>, mode: ArithMode, out: &mut Vec<u
     // A miss with `N` creates the item (whatever `C` says, as memcached does).
     let create = f.vivify_ttl.map(|ttl| (f.initial, expiry(ops, ttl)));
     let new_expiry = f.ttl.map(|ttl| expiry(ops, ttl));
-    let counted = ops.arithmetic(
+    let counted = ops.arithmetic_with_cas(
         cmd,
         req.key.bytes(),
         direction,
@@ -258,6 +267,7 @@ fn arithmetic(ops: &Ops<'_>, req: &Request<'_>, mode: ArithMode, out: &mut Vec<u
         f.compare_cas,
         create,
         new_expiry,
+        f.new_cas,
     );
     let (counted, created) = match counted {
         Ok(done) => done,

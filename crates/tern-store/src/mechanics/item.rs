@@ -10,7 +10,8 @@
 //!             to the segment's creation (`encode_age`)
 //! 3..         value length, 1-4 bytes little-endian
 //!             client flags, 4 bytes, only when non-zero
-//!             CAS, 8 bytes, only for an item rewritten by a touch (it keeps its unique)
+//!             CAS, 8 bytes, only for an item rewritten by a touch (it keeps its unique),
+//!                 one whose CAS the client set (meta's `E`), and a large item
 //!             expiry (unix seconds), 4 bytes, only when the item has a deadline
 //!             key, value
 //! ```
@@ -65,6 +66,12 @@ impl Header {
         self.len + self.key_len..self.size()
     }
 
+    /// Where the CAS field is, when the item has one.
+    pub(crate) fn cas_at(&self) -> Option<usize> {
+        let expiry = if self.bits & HAS_EXPIRY != 0 { 4 } else { 0 };
+        self.cas.map(|_| self.len - expiry - 8)
+    }
+
     /// Where the expiry field is, when the item has one.
     pub(crate) fn expiry_at(&self) -> Option<usize> {
         (self.bits & HAS_EXPIRY != 0).then(|| self.len - 4)
@@ -95,6 +102,13 @@ pub(crate) fn header_len(value_len: usize, flags: u32, expiry_field: bool, cas: 
         + if flags != 0 { 4 } else { 0 }
         + if cas { 8 } else { 0 }
         + if expiry_field { 4 } else { 0 }
+}
+
+/// Bytes of a large item (one taking a run of segments): it always has room for a deadline (so
+/// a touch never moves it) and a CAS (so a change made in place can take a given one, meta's
+/// `E`; 8 bytes on an item larger than a segment).
+pub(crate) fn large_item_size(key_len: usize, value_len: usize, flags: u32) -> usize {
+    item_size(key_len, value_len, flags, true, true)
 }
 
 pub(crate) fn item_size(

@@ -86,7 +86,7 @@ impl Store {
 
     fn min_limit_segments(&self) -> usize {
         let size = self.segs.size();
-        let largest = item::item_size(MAX_KEY, self.config.max_item_size, u32::MAX, true, false);
+        let largest = item::large_item_size(MAX_KEY, self.config.max_item_size, u32::MAX);
         MIN_LIMIT_BYTES
             .div_ceil(size)
             .max(MIN_SEGMENTS_PER_SHARD * self.shards.len())

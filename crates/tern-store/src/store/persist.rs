@@ -39,8 +39,8 @@ use crate::mechanics::types::Expiry;
 
 const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
-/// refused, not misread.
-const FORMAT_VERSION: u32 = 1;
+/// refused, not misread. 2: large items carry a CAS field.
+const FORMAT_VERSION: u32 = 2;
 /// Hashed with the saved seeds at save and at restore: a different result means this build
 /// hashes keys differently (another ahash), so shards and tags would not match.
 const FINGERPRINT_KEY: &[u8] = b"tern memory file fingerprint";

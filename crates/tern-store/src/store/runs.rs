@@ -89,12 +89,17 @@ impl Store {
         run: Run,
         now: UnixSecs,
     ) -> Loc {
-        // With room for a deadline, so a touch never has to move it.
-        let size = item::item_size(key.bytes.len(), value.len(), version.flags, true, false);
+        let size = item::large_item_size(key.bytes.len(), value.len(), version.flags);
         for seg in run.start..run.start + run.len as u32 {
             self.segs.assign(seg, &sh.owner);
         }
         self.open_segment(sh, run.start, size, group_of(version.expiry, now), now);
+        let loc = Loc {
+            seg: run.start,
+            off: 0,
+        };
+        // The CAS field holds the place's unique unless one was given (see `large_item_size`).
+        let cas = version.cas.unwrap_or_else(|| self.segs.place_cas(loc));
         {
             let (old_value, bytes) = match value.joins() {
                 Some(old) => {
@@ -109,16 +114,12 @@ impl Store {
                 version.flags,
                 version.expiry,
                 true,
-                None,
+                Some(cas),
                 value.parts(old_value),
                 0,
                 0,
             );
         }
-        let loc = Loc {
-            seg: run.start,
-            off: 0,
-        };
         let old = self.lookup(sh, key).map(Replaced::of);
         let item = Footprint {
             data_len: key.bytes.len() + value.len(),

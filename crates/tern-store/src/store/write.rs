@@ -4,8 +4,8 @@
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
-use crate::mechanics::item::{self, MAX_KEY};
-use crate::mechanics::segments::Run;
+use crate::mechanics::item::{self, Header, MAX_KEY};
+use crate::mechanics::segments::{Loc, Run};
 use crate::mechanics::shard::{Cause, Found, Shard, Version};
 use crate::mechanics::types::{Arith, ArithError, Counted, Expiry, Refused, StoreOp, StoreOutcome};
 
@@ -57,10 +57,43 @@ impl Store {
         expiry: Expiry,
         value: &[u8],
     ) -> StoreOutcome {
+        self.store_as(op, key, flags, expiry, value, None)
+    }
+
+    /// `store`, the new version taking the CAS unique `cas` (meta's `E`: the client sets it)
+    /// instead of a fresh one; `None` is `store`. The item carries it in its header (8 bytes,
+    /// only on items written so), and keeps it until it is next changed.
+    pub fn store_with_cas(
+        &self,
+        op: StoreOp,
+        key: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        value: &[u8],
+        cas: Option<u64>,
+    ) -> StoreOutcome {
+        self.store_as(op, key, flags, expiry, value, cas)
+    }
+
+    /// What `store` and `store_with_cas` share, inlined into both so that `store`, with no
+    /// CAS given, compiles to what it was without one.
+    #[inline(always)]
+    fn store_as(
+        &self,
+        op: StoreOp,
+        key: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        value: &[u8],
+        cas: Option<u64>,
+    ) -> StoreOutcome {
         if key.is_empty() || key.len() > MAX_KEY {
             return StoreOutcome::TooLarge;
         }
+        // Without CAS uniques (`-C`) every CAS reads 0: a given one is not kept either.
+        let new_cas = cas.filter(|_| self.config.cas_enabled);
         if op == StoreOp::Set
+            && new_cas.is_none()
             && value.len() <= self.config.max_item_size
             && self.fits_segment(item::item_size(
                 key.len(),
@@ -108,14 +141,20 @@ impl Store {
             let version = Version {
                 flags,
                 expiry,
-                cas: None,
+                cas: new_cas,
                 keep_bits: 0,
             };
             let value_len = value.len();
             if value_len > self.config.max_item_size {
                 return self.fail(sh, op, key, run, StoreOutcome::TooLarge);
             }
-            let size = item::item_size(key.bytes.len(), value_len, flags, expiry != 0, false);
+            let size = item::item_size(
+                key.bytes.len(),
+                value_len,
+                flags,
+                expiry != 0,
+                new_cas.is_some(),
+            );
             if self.fits_segment(size) {
                 let written = match value.joins() {
                     None => self.put_small(sh, key, found, version, value.parts(&[]), now),
@@ -129,19 +168,19 @@ impl Store {
                     Some(loc) => {
                         // Stores only: as memcached's, touch and incr rewrites do not count.
                         sh.counters.total_items += 1;
-                        let cas = self.segs.place_cas(loc);
+                        let cas = self.segs.cas_of(loc, new_cas);
                         self.give_up(run, StoreOutcome::Stored { cas })
                     }
                     None => self.fail(sh, op, key, run, StoreOutcome::OutOfMemory),
                 };
             }
-            let size = item::item_size(key.bytes.len(), value_len, flags, true, false);
+            let size = item::large_item_size(key.bytes.len(), value_len, flags);
             let len = size.div_ceil(self.segs.size());
             if let Some(reserved) = run.take() {
                 if reserved.len == len {
                     let loc = self.put_large(sh, key, value, version, reserved, now);
                     sh.counters.total_items += 1;
-                    let cas = self.segs.place_cas(loc);
+                    let cas = self.segs.cas_of(loc, new_cas);
                     return StoreOutcome::Stored { cas };
                 }
                 // The size changed under a concurrent append: reserve again.
@@ -245,14 +284,16 @@ impl Store {
     /// to the value's length. The result is a new version (new CAS) with the item's flags and
     /// expiry, and keeps its fetched, stale and win-token marks. With `expected_cas`, only if
     /// the item's CAS is that one, checked in the same locked step (binary Increment with a
-    /// CAS, meta `ma C`).
+    /// CAS, meta `ma C`). With `new_cas` the new version takes that CAS (meta's `E`).
     pub fn incr_decr(
         &self,
         key: &[u8],
         op: Arith,
         delta: u64,
         expected_cas: Option<u64>,
+        new_cas: Option<u64>,
     ) -> Result<Counted, ArithError> {
+        let new_cas = new_cas.filter(|_| self.config.cas_enabled);
         let (shard, key) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
@@ -275,15 +316,14 @@ impl Store {
         if !self.fits_segment(h.size()) {
             // A large item keeps its run: the number is written over the value in place
             // (never longer than it, the value being far above 20 bytes), padded with spaces,
-            // and the run's epoch moves so the CAS changes.
+            // and it takes a new CAS.
             let item = &mut self.segs.write(&mut sh.owner, found.loc.seg)[found.loc.off as usize..];
             let value = &mut item[h.value_range()];
             value[..digits.len()].copy_from_slice(digits);
             value[digits.len()..].fill(b' ');
-            self.segs.renew_epoch(found.loc.seg);
             return Ok(Counted {
                 value: next,
-                cas: self.segs.cas_of(found.loc, h.cas),
+                cas: self.renew_large_cas(sh, found.loc, h, new_cas),
                 expiry: Expiry(h.expiry),
             });
         }
@@ -295,7 +335,7 @@ impl Store {
         let version = Version {
             flags: h.flags,
             expiry: h.expiry,
-            cas: None,
+            cas: new_cas,
             keep_bits: h.bits & item::STATE_BITS,
         };
         let written = self.rewrite(sh, key, found, version, now, |new, _| {
@@ -305,7 +345,7 @@ impl Store {
         written
             .map(|loc| Counted {
                 value: next,
-                cas: self.segs.place_cas(loc),
+                cas: self.segs.cas_of(loc, new_cas),
                 expiry: Expiry(h.expiry),
             })
             .ok_or(ArithError::OutOfMemory)
@@ -315,13 +355,16 @@ impl Store {
     /// recache), gives it a new CAS as memcached does (so a writer holding the old one cannot
     /// overwrite the invalidation unnoticed) and, when given, a new expiry. With
     /// `expected_cas`, only if the item's CAS is that one, checked in the same locked step
-    /// (`md I C`). Not a read: the fetched mark stays as it was, as memcached's `md` leaves it.
+    /// (`md I C`). With `new_cas` the item takes that CAS instead (meta's `E`). Not a read: the
+    /// fetched mark stays as it was, as memcached's `md` leaves it.
     pub fn invalidate(
         &self,
         key: &[u8],
         expiry: Option<Expiry>,
         expected_cas: Option<u64>,
+        new_cas: Option<u64>,
     ) -> Result<(), Refused> {
+        let new_cas = new_cas.filter(|_| self.config.cas_enabled);
         let (shard, key) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
@@ -329,13 +372,19 @@ impl Store {
         let found = self.live_checked(sh, key, now, expected_cas)?;
         let h = found.hdr;
         let deadline = expiry.map_or(h.expiry, |e| e.0);
-        let moved_size = item::item_size(h.key_len, h.value_len, h.flags, deadline != 0, false);
+        let moved_size = item::item_size(
+            h.key_len,
+            h.value_len,
+            h.flags,
+            deadline != 0,
+            new_cas.is_some(),
+        );
         if self.fits_segment(h.size()) && self.fits_segment(moved_size) {
             // The CAS is the item's place: a new place gives the new CAS.
             let version = Version {
                 flags: h.flags,
                 expiry: deadline,
-                cas: None,
+                cas: new_cas,
                 keep_bits: (h.bits & (item::FETCHED | item::REFERENCED)) | item::STALE,
             };
             let written = self.rewrite(sh, key, found, version, now, Vec::extend_from_slice);
@@ -343,9 +392,10 @@ impl Store {
             // as a touch that must move is.
             return written.map(|_| ()).ok_or(Refused::NotFound);
         }
-        // A large item stays in its run, whose epoch moves so the CAS changes (as for incr).
-        // A small item within 4 bytes of the large-item size that gains a deadline cannot take
-        // the expiry field by moving; it is touched and marked where it is and keeps its CAS.
+        // A large item stays in its run and takes a new CAS there (as for incr). A small item
+        // within 16 bytes of the large-item size that would gain a deadline or a CAS field
+        // cannot move; it is touched and marked where it is and keeps its CAS (a given one
+        // too: `md I E` on such an item is the one write that does not take its `E`).
         let (loc, h) = match expiry {
             Some(expiry) => self
                 .set_expiry(sh, found.slot, found.loc, key, expiry.0, now)
@@ -355,9 +405,22 @@ impl Store {
         let item = &mut self.segs.write(&mut sh.owner, loc.seg)[loc.off as usize..];
         item::set_bits(item, item::STALE, item::WIN_SENT);
         if !self.fits_segment(h.size()) {
-            self.segs.renew_epoch(loc.seg);
+            self.renew_large_cas(sh, loc, h, new_cas);
         }
         Ok(())
+    }
+
+    /// A large item changed in place takes a new CAS: `new_cas`, else a fresh unique (its run's
+    /// epoch moves), written to the CAS field every large item carries. Returns the CAS.
+    fn renew_large_cas(&self, sh: &mut Shard, loc: Loc, h: Header, new_cas: Option<u64>) -> u64 {
+        self.segs.renew_epoch(loc.seg);
+        let cas = new_cas.unwrap_or_else(|| self.segs.place_cas(loc));
+        if let Some(at) = h.cas_at() {
+            let field = loc.off as usize + at;
+            self.segs.write(&mut sh.owner, loc.seg)[field..field + 8]
+                .copy_from_slice(&cas.to_le_bytes());
+        }
+        self.segs.cas_of(loc, Some(cas))
     }
 }
 
