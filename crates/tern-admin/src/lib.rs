@@ -44,7 +44,8 @@ mod worker;
 pub use hotkeys::{HotKey, HotKeyConfig, HotKeySampler, HotKeys, HotKeysReport};
 pub use http::{stats_json, AdminServer, AdminSource};
 pub use snapshot::{
-    general_stats, MemcachedCounters, RestoreStats, SegmentStats, Snapshot, StoreStats,
+    general_stats, hash_power_level, MemcachedCounters, RestoreStats, SegmentStats, ServerStats,
+    Snapshot, StoreStats,
 };
 pub use worker::{
     latency_bucket, latency_bucket_bound_nanos, Command, ConnBuffers, LatencyBatch,

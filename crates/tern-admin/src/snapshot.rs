@@ -52,6 +52,8 @@ pub struct StoreStats {
     pub limit_bytes: u64,
     /// Bytes of the hash index, counted inside the memory limit (memcached's `hash_bytes`).
     pub index_bytes: u64,
+    /// Slots of the hash index (full or not), for `hash_power_level`.
+    pub index_slots: u64,
     /// Live items removed to make room (memcached's `evictions`).
     pub evictions: u64,
     /// Expired items whose memory was taken back (memcached's `reclaimed`).
@@ -92,6 +94,43 @@ pub struct Snapshot {
     pub store: StoreStats,
     /// With a memory file (`-e`): what the start restored; `None` without one.
     pub restore: Option<RestoreStats>,
+    /// The server-wide figures of memcached's `stats` that are neither a worker's counters
+    /// nor the store's.
+    pub server: ServerStats,
+}
+
+/// Server-wide figures the server reads when asked (none is counted per request).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// The event mechanism the workers use (`epoll` or `uring`), shown as memcached's
+    /// `libevent` (its event library's version): tern uses no libevent.
+    pub event_engine: String,
+    /// Listening sockets (TCP, UDP, unix), counted in `connection_structures` as memcached
+    /// counts its listening connections.
+    pub listeners: u64,
+    /// Descriptors the process holds that are not client connections (memcached's
+    /// `reserved_fds`): listeners, event queues, wake-up descriptors, files.
+    pub reserved_fds: u64,
+    /// The smallest `hashpower` memcached would report (`-o hashpower`, else 16): see
+    /// [`hash_power_level`].
+    pub hashpower_init: u32,
+    /// `watch` connections open now (memcached's `log_watchers`).
+    pub log_watchers: u64,
+    /// Log lines the workers produced for watchers (memcached's `log_worker_written`).
+    pub log_lines_written: u64,
+    /// Lines sent to watchers, one per watcher (memcached's `log_watcher_sent`).
+    pub log_lines_sent: u64,
+    /// Lines a watcher missed because its socket was full (memcached's `log_watcher_skipped`).
+    pub log_lines_skipped: u64,
+}
+
+/// memcached's `hash_power_level` for tern's index: the power of two of the index's slot count
+/// (rounded down), never under `init`. memcached's table has 2^level buckets, starts at
+/// `hashpower_init` (16) and doubles when items pass 1.5 x 2^level; tern's index starts with a
+/// few buckets per shard and grows in 1.125x steps at 85% full, so its level follows the items
+/// the same way (~2^17 items stored: 17) but it reports no level under memcached's starting one.
+pub fn hash_power_level(index_slots: u64, init: u32) -> u32 {
+    index_slots.checked_ilog2().unwrap_or(0).max(init)
 }
 
 /// A warm restart's outcome (`-e`), shown in `stats` as `restored_items` and
@@ -129,6 +168,10 @@ impl Snapshot {
         let (sg, bg) = (&mut st.segments, &bs.segments);
         sg.merges = sg.merges.saturating_sub(bg.merges);
         sg.segments_expired = sg.segments_expired.saturating_sub(bg.segments_expired);
+        let (sv, bv) = (&mut d.server, &baseline.server);
+        sv.log_lines_written = sv.log_lines_written.saturating_sub(bv.log_lines_written);
+        sv.log_lines_sent = sv.log_lines_sent.saturating_sub(bv.log_lines_sent);
+        sv.log_lines_skipped = sv.log_lines_skipped.saturating_sub(bv.log_lines_skipped);
         d
     }
 }
@@ -257,9 +300,11 @@ impl MemcachedCounters {
     }
 }
 
-/// memcached's general `stats` as `(name, value)` pairs, in memcached 1.6's order, for the
-/// fields tern can fill honestly (LRU-crawler, slab-rebalancer and extstore fields are left out
-/// as tern has none of those).
+/// memcached's general `stats` as `(name, value)` pairs, every key of memcached 1.6.45's
+/// (built without its proxy, extstore off) in its order, except `auth_cmds`, `auth_errors` and
+/// the `ssl_*` lines, which the server adds where memcached prints them. Keys for machinery
+/// tern does not have (slab rebalancing, the LRU maintainer and crawler, NAPI ids) are 0;
+/// docs/observability.md says why for each.
 pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
     let t = s.totals();
     let m = MemcachedCounters::from_totals(&t);
@@ -268,11 +313,14 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
     };
     let n = |v: u64| v.to_string();
+    let zero = || "0".to_string();
+    let v = &s.server;
     let mut stats = vec![
         ("pid", s.pid.to_string()),
         ("uptime", n(s.uptime_seconds)),
         ("time", n(s.time_unix_seconds)),
         ("version", s.version.clone()),
+        ("libevent", v.event_engine.clone()),
         ("pointer_size", (usize::BITS).to_string()),
         ("rusage_user", rusage(s.rusage_user_seconds)),
         ("rusage_system", rusage(s.rusage_system_seconds)),
@@ -280,11 +328,16 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("curr_connections", n(t.current_connections())),
         ("total_connections", n(t.conns_opened)),
         ("rejected_connections", n(t.conns_rejected)),
+        ("connection_structures", n(v.listeners + t.conns_peak)),
+        // The buffer pools allocate when empty and never refuse (no read_buf_mem_limit).
+        ("response_obj_oom", zero()),
         ("response_obj_count", n(t.conn_buffers.response_obj_count)),
         ("response_obj_bytes", n(t.conn_buffers.response_obj_bytes)),
         ("read_buf_count", n(t.conn_buffers.read_buf_count)),
         ("read_buf_bytes", n(t.conn_buffers.read_buf_bytes)),
         ("read_buf_bytes_free", n(t.conn_buffers.read_buf_bytes_free)),
+        ("read_buf_oom", zero()),
+        ("reserved_fds", n(v.reserved_fds)),
         ("cmd_get", n(m.cmd_get)),
         ("cmd_set", n(m.cmd_set)),
         ("cmd_flush", n(m.cmd_flush)),
@@ -313,14 +366,52 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("accepting_conns", n(s.accepting_connections as u64)),
         ("threads", n(s.workers.len() as u64)),
         ("conn_yields", n(t.conn_yields)),
+        (
+            "hash_power_level",
+            hash_power_level(s.store.index_slots, v.hashpower_init).to_string(),
+        ),
         ("hash_bytes", n(s.store.index_bytes)),
+        // A shard's table is rebuilt under its lock: no expansion runs beside requests.
+        ("hash_is_expanding", zero()),
+        ("slab_reassign_rescues", zero()),
+        ("slab_reassign_chunk_rescues", zero()),
+        ("slab_reassign_inline_reclaim", zero()),
+        ("slab_reassign_busy_items", zero()),
+        ("slab_reassign_busy_deletes", zero()),
+        ("slab_reassign_busy_nomem", zero()),
+        ("slab_reassign_last_busy_status", "none".to_string()),
+        ("slab_reassign_running", zero()),
+        ("slabs_moved", zero()),
+        ("lru_crawler_running", zero()),
+        ("lru_crawler_starts", zero()),
+        ("lru_maintainer_juggles", zero()),
+        ("malloc_fails", zero()),
+        // Workers send log lines themselves: no buffer between them and the watchers to drop.
+        ("log_worker_dropped", zero()),
+        ("log_worker_written", n(v.log_lines_written)),
+        ("log_watcher_skipped", n(v.log_lines_skipped)),
+        ("log_watcher_sent", n(v.log_lines_sent)),
+        ("log_watchers", n(v.log_watchers)),
+        ("unexpected_napi_ids", zero()),
+        ("round_robin_fallback", zero()),
         ("bytes", n(s.store.bytes)),
         ("curr_items", n(s.store.items)),
         ("total_items", n(s.store.total_items)),
+        // Free segments are memory no class holds yet, as memcached's global page pool.
+        ("slab_global_page_pool", n(s.store.segments.segments_free)),
         ("expired_unfetched", n(s.store.expired_unfetched)),
         ("evicted_unfetched", n(s.store.evicted_unfetched)),
+        ("evicted_active", zero()),
         ("evictions", n(s.store.evictions)),
         ("reclaimed", n(s.store.reclaimed)),
+        ("crawler_reclaimed", zero()),
+        ("crawler_items_checked", zero()),
+        ("lrutail_reflocked", zero()),
+        ("moves_to_cold", zero()),
+        ("moves_to_warm", zero()),
+        ("moves_within_lru", zero()),
+        ("direct_reclaims", zero()),
+        ("lru_bumps_dropped", zero()),
     ];
     if let Some(restore) = s.restore {
         stats.push(("restored_items", n(restore.items)));

@@ -183,6 +183,8 @@ pub struct WorkerMetrics {
     bytes_written: OwnedCounter,
     conns_opened: OwnedCounter,
     conns_closed: OwnedCounter,
+    /// The most connections open at once (written on accept only).
+    conns_peak: AtomicU64,
     conns_rejected: OwnedCounter,
     conn_yields: OwnedCounter,
     /// Gauges set by the worker's buffer pool, in [`ConnBuffers`]' order.
@@ -225,6 +227,7 @@ impl Default for WorkerMetrics {
             bytes_written: OwnedCounter::default(),
             conns_opened: OwnedCounter::default(),
             conns_closed: OwnedCounter::default(),
+            conns_peak: AtomicU64::new(0),
             conns_rejected: OwnedCounter::default(),
             conn_yields: OwnedCounter::default(),
             conn_buffers: Default::default(),
@@ -278,6 +281,11 @@ impl WorkerMetrics {
     #[inline]
     pub fn conn_opened(&self) {
         self.conns_opened.add(1);
+        // Only this worker writes either count, so a load and a store keep the peak exact.
+        let open = self.conns_opened.get() - self.conns_closed.get();
+        if open > self.conns_peak.load(Ordering::Relaxed) {
+            self.conns_peak.store(open, Ordering::Relaxed);
+        }
     }
 
     /// Counts a connection this worker closed.
@@ -335,6 +343,7 @@ impl WorkerMetrics {
         let closed = self.conns_closed.get();
         s.conns_opened = self.conns_opened.get();
         s.conns_current = s.conns_opened.saturating_sub(closed);
+        s.conns_peak = self.conns_peak.load(Ordering::Relaxed);
         s.conns_rejected = self.conns_rejected.get();
         s.conn_yields = self.conn_yields.get();
         let [a, b, c, d, e] = self
@@ -473,6 +482,9 @@ pub struct WorkerSnapshot {
     pub conns_opened: u64,
     /// Connections open at the time of the read.
     pub conns_current: u64,
+    /// The most connections open at once since start (summed over workers: the connection
+    /// slots they have grown to; kept as it is by `since`).
+    pub conns_peak: u64,
     /// Connections rejected over the limit.
     pub conns_rejected: u64,
     /// Connections that yielded after their per-wake-up request limit.
@@ -491,6 +503,7 @@ impl Default for WorkerSnapshot {
             bytes_written: 0,
             conns_opened: 0,
             conns_current: 0,
+            conns_peak: 0,
             conns_rejected: 0,
             conn_yields: 0,
             conn_buffers: ConnBuffers::default(),
@@ -560,6 +573,7 @@ impl WorkerSnapshot {
             total.bytes_written += w.bytes_written;
             total.conns_opened += w.conns_opened;
             total.conns_current += w.conns_current;
+            total.conns_peak += w.conns_peak;
             total.conns_rejected += w.conns_rejected;
             total.conn_yields += w.conn_yields;
             total.conn_buffers.merge(&w.conn_buffers);

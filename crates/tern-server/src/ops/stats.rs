@@ -65,7 +65,14 @@ impl Ops<'_> {
         Ok(match words {
             [] => {
                 let mut general = stats_text::stats_general(&shared.stats_snapshot());
-                general.extend(shared.security_stats());
+                // Where memcached 1.6.45 prints them: the authentication counters after
+                // `store_no_memory`, the TLS lines after `log_watchers`.
+                let (auth, tls): (Vec<_>, Vec<_>) = shared
+                    .security_stats()
+                    .into_iter()
+                    .partition(|(name, _)| name.starts_with("auth_"));
+                insert_after(&mut general, "store_no_memory", auth);
+                insert_after(&mut general, "log_watchers", tls);
                 lines(general)
             }
             [b"reset"] => {
@@ -153,4 +160,13 @@ impl Ops<'_> {
         out.extend_from_slice(b"END\r\n");
         Ok(StatsReply::Cachedump(out))
     }
+}
+
+/// Puts `more` after the line named `name` (at the end if there is none).
+fn insert_after(lines: &mut StatLines, name: &str, more: StatLines) {
+    let at = lines
+        .iter()
+        .position(|(n, _)| n == name)
+        .map_or(lines.len(), |i| i + 1);
+    lines.splice(at..at, more);
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tern_admin::stats_text::{ConnInfo, ConnState};
 use tern_admin::{
-    AdminSource, HotKeyConfig, HotKeys, HotKeysReport, RestoreStats, SegmentStats, Snapshot,
-    StoreStats,
+    AdminSource, HotKeyConfig, HotKeys, HotKeysReport, RestoreStats, SegmentStats, ServerStats,
+    Snapshot, StoreStats,
 };
 use tern_store::{Store, UnixSecs};
 
@@ -168,17 +168,29 @@ impl Shared {
         let numa_node = s.numa_node.map_or("off".to_string(), |n| n.to_string());
         let eviction = format!("{:?}", s.effective_eviction()).to_lowercase();
         let hashpower = s.hashpower.unwrap_or(0);
-        let lines: [(&str, &dyn std::fmt::Display); 32] = [
+        let memory_file = s
+            .memory_file
+            .as_ref()
+            .map_or("(null)".to_string(), |p| p.display().to_string());
+        // Machinery tern does not have (slab classes, the LRU and its crawler, extstore, NAPI
+        // ids) shows as off or 0: docs/observability.md names each line and why.
+        let lines: [(&str, &dyn std::fmt::Display); 73] = [
             ("maxbytes", &(s.memory_limit_mb << 20)),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
             ("udpport", &s.udp_port),
             ("inter", &listen),
             ("verbosity", &verbosity),
+            ("oldest", &0),
             ("evictions", &on_off(!s.disable_evictions)),
             ("domain_socket", &socket),
             ("umask", &format_args!("{:o}", s.unix_mask)),
+            ("shutdown_command", &yes_no(s.enable_shutdown)),
+            ("growth_factor", &"0.00"),
+            ("chunk_size", &0),
             ("num_threads", &s.threads),
+            // Every worker serves UDP on its own socket.
+            ("num_threads_per_udp", &s.threads),
             ("stat_key_prefix", &char::from(s.prefix_delimiter)),
             ("detail_enabled", &yes_no(self.prefix_stats.enabled())),
             ("reqs_per_event", &s.max_reqs_per_event),
@@ -188,10 +200,48 @@ impl Shared {
             ("item_size_max", &s.max_item_size),
             ("maxconns_fast", &yes_no(s.maxconns_fast)),
             ("hashpower_init", &hashpower),
+            ("slab_reassign", &"no"),
+            ("slab_automove", &0),
+            ("slab_automove_ratio", &"0.00"),
+            ("slab_automove_window", &0),
+            ("slab_chunk_max", &0),
+            ("lru_crawler", &"no"),
+            ("lru_crawler_sleep", &0),
+            ("lru_crawler_tocrawl", &0),
+            ("tail_repair_time", &0),
             ("flush_enabled", &yes_no(!s.disable_flush_all)),
             ("dump_enabled", &yes_no(!s.dumping_disabled)),
+            ("hash_algorithm", &"ahash"),
+            ("lru_maintainer_thread", &"no"),
+            ("lru_segmented", &"no"),
+            ("hot_lru_pct", &0),
+            ("warm_lru_pct", &0),
+            ("hot_max_factor", &"0.00"),
+            ("warm_max_factor", &"0.00"),
+            ("temp_lru", &"no"),
+            ("temporary_ttl", &0),
             ("idle_timeout", &s.idle_timeout_secs),
-            ("shutdown_command", &yes_no(s.enable_shutdown)),
+            ("watcher_logbuf_size", &0),
+            ("worker_logbuf_size", &0),
+            // No limit, as memcached's 0.
+            ("read_buf_mem_limit", &0),
+            ("track_sizes", &"no"),
+            ("inline_ascii_response", &"no"),
+            ("ext_item_size", &0),
+            ("ext_item_age", &0),
+            ("ext_low_ttl", &0),
+            ("ext_recache_rate", &0),
+            ("ext_wbuf_size", &0),
+            ("ext_compact_under", &0),
+            ("ext_drop_under", &0),
+            ("ext_max_sleep", &0),
+            ("ext_max_frag", &"0.00"),
+            ("slab_automove_freeratio", &"0.000"),
+            ("ext_drop_unread", &"no"),
+            ("num_napi_ids", &0),
+            ("memory_file", &memory_file),
+            // Client flags are 32 bits, as memcached's default build.
+            ("client_flags_size", &std::mem::size_of::<u32>()),
             ("lock_memory", &yes_no(s.lock_memory)),
             ("large_memory_pages", &yes_no(s.enable_largepages)),
             ("admin_port", &admin_port),
@@ -206,11 +256,8 @@ impl Shared {
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
-        // memcached's line, shown only when -e is given (memcached's would say "(null)").
-        if let Some(file) = &s.memory_file {
-            lines.push(("memory_file".into(), file.display().to_string()));
-        }
         lines.extend(self.tls_settings());
+        in_memcached_order(&mut lines, MEMCACHED_SETTINGS);
         lines
     }
 
@@ -283,6 +330,97 @@ impl Shared {
     }
 }
 
+/// memcached 1.6.45's `stats settings` names in its order (built with extstore and TLS, not
+/// its proxy; `drop_privileges` is Linux-less).
+const MEMCACHED_SETTINGS: &[&str] = &[
+    "maxbytes",
+    "maxconns",
+    "tcpport",
+    "udpport",
+    "inter",
+    "verbosity",
+    "oldest",
+    "evictions",
+    "domain_socket",
+    "umask",
+    "shutdown_command",
+    "growth_factor",
+    "chunk_size",
+    "num_threads",
+    "num_threads_per_udp",
+    "stat_key_prefix",
+    "detail_enabled",
+    "reqs_per_event",
+    "cas_enabled",
+    "tcp_backlog",
+    "binding_protocol",
+    "auth_enabled_sasl",
+    "auth_enabled_ascii",
+    "item_size_max",
+    "maxconns_fast",
+    "hashpower_init",
+    "slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_chunk_max",
+    "lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "tail_repair_time",
+    "flush_enabled",
+    "dump_enabled",
+    "hash_algorithm",
+    "lru_maintainer_thread",
+    "lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temp_lru",
+    "temporary_ttl",
+    "idle_timeout",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "read_buf_mem_limit",
+    "track_sizes",
+    "inline_ascii_response",
+    "ext_item_size",
+    "ext_item_age",
+    "ext_low_ttl",
+    "ext_recache_rate",
+    "ext_wbuf_size",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_max_sleep",
+    "ext_max_frag",
+    "slab_automove_freeratio",
+    "ext_drop_unread",
+    "ssl_enabled",
+    "ssl_chain_cert",
+    "ssl_key",
+    "ssl_verify_mode",
+    "ssl_keyformat",
+    "ssl_ciphers",
+    "ssl_ca_cert",
+    "ssl_wbuf_size",
+    "ssl_session_cache",
+    "ssl_kernel_tls",
+    "ssl_min_version",
+    "num_napi_ids",
+    "memory_file",
+    "client_flags_size",
+];
+
+/// Sorts `lines` into `order`'s order (a stable sort: names `order` lacks, tern's own, keep
+/// theirs after it).
+fn in_memcached_order(lines: &mut [(String, String)], order: &[&str]) {
+    lines.sort_by_key(|(name, _)| order.iter().position(|n| n == name).unwrap_or(order.len()));
+}
+
+/// memcached's default `hashpower`: its table's size before any item is stored.
+const MEMCACHED_HASHPOWER: u32 = 16;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -313,6 +451,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
         bytes: s.bytes,
         limit_bytes: s.limit_maxbytes,
         index_bytes: s.index_bytes,
+        index_slots: s.index_slots,
         evictions: s.evictions,
         reclaimed: s.reclaimed,
         expired_unfetched: s.expired_unfetched,
@@ -347,6 +486,33 @@ impl Shared {
             workers: self.workers.iter().map(|w| w.metrics.snapshot()).collect(),
             store: store_stats(&self.store),
             restore: self.restore,
+            server: self.server_stats(),
+        }
+    }
+
+    /// The figures of `stats` that are the server's own: read here, when asked.
+    fn server_stats(&self) -> ServerStats {
+        let (mut listeners, mut clients) = (0, 0);
+        for table in self.conn_tables.iter() {
+            for entry in lock(table).iter() {
+                match entry.listen_addr {
+                    None => listeners += 1,
+                    Some(_) => clients += 1,
+                }
+            }
+        }
+        // Every descriptor but the client connections (and the one reading the directory).
+        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64);
+        let (log_watchers, written, sent, skipped) = self.watchers.stats();
+        ServerStats {
+            event_engine: self.settings.io_engine.name().to_string(),
+            listeners,
+            reserved_fds: open_fds.saturating_sub(1 + clients),
+            hashpower_init: self.settings.hashpower.unwrap_or(MEMCACHED_HASHPOWER),
+            log_watchers,
+            log_lines_written: written,
+            log_lines_sent: sent,
+            log_lines_skipped: skipped,
         }
     }
 

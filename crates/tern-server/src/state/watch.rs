@@ -70,6 +70,10 @@ pub struct Watchers {
     gid: AtomicU64,
     next_id: AtomicU64,
     watchers: Mutex<Vec<Watcher>>,
+    /// Lines sent to a watcher, and lines a watcher missed (socket full), for `stats`; counted
+    /// under the lock, only while someone watches.
+    sent: AtomicU64,
+    skipped: AtomicU64,
 }
 
 impl Watchers {
@@ -112,6 +116,19 @@ impl Watchers {
         let mut watchers = self.lock();
         watchers.retain(|w| w.id != id);
         self.publish(&watchers);
+    }
+
+    /// For `stats`: watchers now, lines logged (memcached's `log_worker_written`), lines sent
+    /// to watchers and lines they missed.
+    pub fn stats(&self) -> (u64, u64, u64, u64) {
+        let watchers = self.lock().len() as u64;
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        (
+            watchers,
+            load(&self.gid),
+            load(&self.sent),
+            load(&self.skipped),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Watcher>> {
@@ -157,7 +174,22 @@ impl Watchers {
         );
         let mut watchers = self.lock();
         let before = watchers.len();
-        watchers.retain_mut(|w| w.kinds & kind as u8 == 0 || w.send(&line));
+        let (mut sent, mut skipped) = (0, 0);
+        watchers.retain_mut(|w| {
+            if w.kinds & kind as u8 == 0 {
+                return true;
+            }
+            let skipped_before = w.skipped;
+            let alive = w.send(&line);
+            match (alive, w.skipped > skipped_before) {
+                (true, true) => skipped += 1,
+                (true, false) => sent += 1,
+                (false, _) => {}
+            }
+            alive
+        });
+        self.sent.fetch_add(sent, Ordering::Relaxed);
+        self.skipped.fetch_add(skipped, Ordering::Relaxed);
         if watchers.len() != before {
             self.publish(&watchers);
         }

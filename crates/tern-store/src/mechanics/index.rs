@@ -148,6 +148,11 @@ impl Index {
         self.buckets.len() * BUCKET_BYTES
     }
 
+    /// Entries the table has room for (its buckets' slots, full or not).
+    pub(crate) fn slots(&self) -> usize {
+        self.buckets.len() * WAYS
+    }
+
     /// Whether one more entry needs a larger table first (`grow`): past 85% full.
     #[inline]
     pub(crate) fn needs_room(&self) -> bool {

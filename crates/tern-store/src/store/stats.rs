@@ -28,6 +28,8 @@ pub struct StoreStats {
     /// Bytes of the hash index (memcached's `hash_bytes`): outside the heap's mapping but
     /// inside the memory limit, where each segment's worth of it is a segment fewer for items.
     pub index_bytes: u64,
+    /// Slots of the shards' index tables together (full or not): the index's size in entries.
+    pub index_slots: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
     /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
@@ -40,8 +42,10 @@ impl Store {
         let now = self.clock.now();
         let mut total = Counters::default();
         let mut oldest_created = now;
+        let mut index_slots = 0;
         self.each_shard(now, |sh| {
             total.add(&sh.counters);
+            index_slots += sh.index.slots() as u64;
             for &head in sh.chains.iter().filter_map(|chain| chain.front()) {
                 oldest_created = oldest_created.min(get32(&self.segs.meta(head).created));
             }
@@ -63,6 +67,7 @@ impl Store {
             merges: total.merges,
             heap_used: ((self.segs.count() - free) * self.segs.size()) as u64,
             index_bytes,
+            index_slots,
             item_bytes_with_headers: total.item_bytes,
             oldest_item_age: now - oldest_created,
         }
