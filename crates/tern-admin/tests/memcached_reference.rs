@@ -102,12 +102,14 @@ fn items_slabs_conns_and_stats_have_memcacheds_fields() {
     assert_eq!(render_stat_lines(stats_conns(&conns)), reply);
 
     // Every general stat tern prints is one memcached prints, in memcached's order (with its
-    // default options: `-o no_modern` also drops `rejected_connections`).
+    // default options: `-o no_modern` also drops `rejected_connections`, and the LRU lines).
     let default_mc = ServerProcess::memcached(&[]);
     let theirs = names(&default_mc.connect().request(b"stats\r\n", b"END\r\n"));
     let ours = names(&render_stat_lines(stats_general(&snap)));
     let mut at = 0;
-    for name in &ours {
+    // Lines memcached 1.6.45 added after Debian's 1.6.18 (tern follows 1.6.45).
+    let newer = ["slab_reassign_busy_nomem", "slab_reassign_last_busy_status"];
+    for name in ours.iter().filter(|n| !newer.contains(&n.as_str())) {
         let found = theirs[at..].iter().position(|n| n == name);
         let offset = found.unwrap_or_else(|| panic!("{name} out of memcached's order or absent"));
         at += offset + 1;
