@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tern_admin::{
     AdminServer, AdminSource, Command, HotKeyConfig, HotKeys, HotKeysReport, Outcome, SegmentStats,
-    Snapshot, StoreStats, WorkerMetrics,
+    ServerStats, Snapshot, StoreStats, WorkerMetrics,
 };
 use tern_testkit::http_get;
 use tern_testkit::prometheus::{self, sample};
@@ -31,12 +31,14 @@ impl AdminSource for FakeServer {
             accepting_connections: true,
             workers: self.workers.iter().map(WorkerMetrics::snapshot).collect(),
             restore: None,
+            server: ServerStats::default(),
             store: StoreStats {
                 items: 3,
                 total_items: 5,
                 bytes: 300,
                 limit_bytes: 64 << 20,
                 index_bytes: 8 << 10,
+                index_slots: 1 << 10,
                 evictions: 2,
                 reclaimed: 1,
                 expired_unfetched: 1,
