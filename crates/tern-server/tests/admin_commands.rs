@@ -442,17 +442,13 @@ fn without_maxconns_fast_a_client_over_the_limit_waits_its_turn() {
 
 #[test]
 fn protocol_flag_fixes_one_protocol_as_memcached_does() {
-    // -B ascii: a binary frame is text, its 0x80 line an unknown command (the Noop opcode is
-    // a newline byte).
+    // -B ascii: a binary frame is text (the Noop opcode is a newline byte), so its first line is
+    // `0x80\n`, too short for a command: memcached 1.6.45 answers as below (its transcript;
+    // Debian's 1.6.18 answered `ERROR`).
     let noop = tern_testkit::binary::frame(0x0a, &[], b"", b"", 0);
     let tern = ServerProcess::tern(&["-B", "ascii"]);
-    let memcached = ServerProcess::memcached(&["-B", "ascii"]);
-    let (ours, theirs) = (
-        tern.connect().request(&noop, b"\r\n"),
-        memcached.connect().request(&noop, b"\r\n"),
-    );
-    assert_eq!(ours, theirs);
-    assert_eq!(ours, b"ERROR\r\n");
+    let ours = tern.connect().request(&noop, b"\r\n");
+    assert_eq!(ours, b"CLIENT_ERROR bad command line format\r\n");
     // -B binary: text is a header with a bad magic byte (once 24 bytes are in), closed without
     // a reply.
     let tern = ServerProcess::tern(&["-B", "binary"]);
