@@ -185,6 +185,7 @@ pub struct WorkerMetrics {
     conns_closed: OwnedCounter,
     conns_rejected: OwnedCounter,
     conn_yields: OwnedCounter,
+    idle_kicks: OwnedCounter,
     /// Gauges set by the worker's buffer pool, in [`ConnBuffers`]' order.
     conn_buffers: [AtomicU64; 5],
 }
@@ -227,6 +228,7 @@ impl Default for WorkerMetrics {
             conns_closed: OwnedCounter::default(),
             conns_rejected: OwnedCounter::default(),
             conn_yields: OwnedCounter::default(),
+            idle_kicks: OwnedCounter::default(),
             conn_buffers: Default::default(),
         }
     }
@@ -299,6 +301,12 @@ impl WorkerMetrics {
         self.conn_yields.add(1);
     }
 
+    /// Counts a connection closed for `-o idle_timeout` (memcached's `idle_kicks`).
+    #[inline]
+    pub fn idle_kick(&self) {
+        self.idle_kicks.add(1);
+    }
+
     /// Publishes the worker's connection-buffer gauges.
     pub fn set_conn_buffers(&self, b: ConnBuffers) {
         let values = [
@@ -337,6 +345,7 @@ impl WorkerMetrics {
         s.conns_current = s.conns_opened.saturating_sub(closed);
         s.conns_rejected = self.conns_rejected.get();
         s.conn_yields = self.conn_yields.get();
+        s.idle_kicks = self.idle_kicks.get();
         let [a, b, c, d, e] = self
             .conn_buffers
             .each_ref()
@@ -477,6 +486,8 @@ pub struct WorkerSnapshot {
     pub conns_rejected: u64,
     /// Connections that yielded after their per-wake-up request limit.
     pub conn_yields: u64,
+    /// Connections closed for being idle past `-o idle_timeout`.
+    pub idle_kicks: u64,
     /// Connection buffers (gauges, kept as they are by `since`).
     pub conn_buffers: ConnBuffers,
 }
@@ -493,6 +504,7 @@ impl Default for WorkerSnapshot {
             conns_current: 0,
             conns_rejected: 0,
             conn_yields: 0,
+            idle_kicks: 0,
             conn_buffers: ConnBuffers::default(),
         }
     }
@@ -540,6 +552,7 @@ impl WorkerSnapshot {
         d.conns_opened = d.conns_opened.saturating_sub(baseline.conns_opened);
         d.conns_rejected = d.conns_rejected.saturating_sub(baseline.conns_rejected);
         d.conn_yields = d.conn_yields.saturating_sub(baseline.conn_yields);
+        d.idle_kicks = d.idle_kicks.saturating_sub(baseline.idle_kicks);
         d
     }
 
@@ -562,6 +575,7 @@ impl WorkerSnapshot {
             total.conns_current += w.conns_current;
             total.conns_rejected += w.conns_rejected;
             total.conn_yields += w.conn_yields;
+            total.idle_kicks += w.idle_kicks;
             total.conn_buffers.merge(&w.conn_buffers);
         }
         total

@@ -29,6 +29,9 @@ impl AdminSource for FakeServer {
             rusage_system_seconds: 0.5,
             max_connections: 1024,
             accepting_connections: true,
+            listen_disabled_num: 0,
+            time_in_listen_disabled_us: 0,
+            idle_timeout_seconds: 0,
             workers: self.workers.iter().map(WorkerMetrics::snapshot).collect(),
             restore: None,
             store: StoreStats {
