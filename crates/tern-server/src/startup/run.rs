@@ -367,15 +367,15 @@ fn raise_file_limit(settings: &Settings) -> anyhow::Result<()> {
     }
     if hard < conns {
         anyhow::bail!(
-            "failed to set rlimit for open files: -c {conns} needs {needed} and the hard limit \
-             is {hard}. Try starting as root or requesting smaller maxconns value."
+            "failed to set rlimit for open files: -c {conns} needs {needed} descriptors and the \
+             hard limit is {hard}. Try starting as root or requesting smaller maxconns value."
         );
     }
     // The soft limit may always go up to the hard one.
     let now = if set(hard, hard) { hard } else { soft };
     tracing::warn!(
-        "open files limited to {now} (hard limit {hard}): -c {conns} needs {needed}; past the \
-         limit, new clients wait in the backlog until a descriptor frees"
+        "open files limited to {now} (hard limit {hard}): -c {conns} needs {needed} descriptors; \
+         past the limit, new clients wait in the backlog until a descriptor frees"
     );
     Ok(())
 }
