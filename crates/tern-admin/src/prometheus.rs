@@ -155,6 +155,12 @@ pub fn encode(s: &Snapshot) -> String {
         t.conn_yields,
     );
     e.single(
+        "memcached_connections_listener_disabled_total",
+        "counter",
+        "Number of times that memcached has hit its connections limit and disabled its listener.",
+        s.listen_disabled_num,
+    );
+    e.single(
         "memcached_current_bytes",
         "gauge",
         "Current number of bytes used to store items.",

@@ -86,8 +86,19 @@ pub struct Snapshot {
     pub rusage_system_seconds: f64,
     /// The connection limit, `-c`.
     pub max_connections: u64,
-    /// Whether the listener is accepting connections (memcached's `accepting_conns`).
+    /// Whether the listener is accepting connections (memcached's `accepting_conns`): not while
+    /// stopping, nor while accepts are stopped (at `-c` without maxconns_fast, or out of
+    /// descriptors).
     pub accepting_connections: bool,
+    /// Times the server stopped accepting new connections: at `-c` without maxconns_fast, or out
+    /// of descriptors (memcached's `listen_disabled_num`).
+    pub listen_disabled_num: u64,
+    /// Microseconds spent with accepts stopped, counted as each stop ends (memcached's
+    /// `time_in_listen_disabled_us`).
+    pub time_in_listen_disabled_us: u64,
+    /// `-o idle_timeout` in seconds, 0 when off: `stats` shows `idle_kicks` only while it is on,
+    /// as memcached does.
+    pub idle_timeout_seconds: u64,
     /// One entry per worker thread, in worker order, from [`crate::WorkerMetrics::snapshot`].
     pub workers: Vec<WorkerSnapshot>,
     /// The store's numbers.
@@ -156,6 +167,12 @@ impl Snapshot {
     /// Prometheus counters must only go up.
     pub fn since(&self, baseline: &Snapshot) -> Snapshot {
         let mut d = self.clone();
+        d.listen_disabled_num = d
+            .listen_disabled_num
+            .saturating_sub(baseline.listen_disabled_num);
+        d.time_in_listen_disabled_us = d
+            .time_in_listen_disabled_us
+            .saturating_sub(baseline.time_in_listen_disabled_us);
         for (w, b) in d.workers.iter_mut().zip(baseline.workers.iter()) {
             *w = w.since(b);
         }
@@ -360,10 +377,20 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("touch_misses", n(m.touch_misses)),
         ("store_too_large", n(m.store_too_large)),
         ("store_no_memory", n(m.store_no_memory)),
+    ];
+    if s.idle_timeout_seconds > 0 {
+        stats.push(("idle_kicks", n(t.idle_kicks)));
+    }
+    stats.extend([
         ("bytes_read", n(t.bytes_read)),
         ("bytes_written", n(t.bytes_written)),
         ("limit_maxbytes", n(s.store.limit_bytes)),
         ("accepting_conns", n(s.accepting_connections as u64)),
+        ("listen_disabled_num", n(s.listen_disabled_num)),
+        (
+            "time_in_listen_disabled_us",
+            n(s.time_in_listen_disabled_us),
+        ),
         ("threads", n(s.workers.len() as u64)),
         ("conn_yields", n(t.conn_yields)),
         (
@@ -412,7 +439,7 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("moves_within_lru", zero()),
         ("direct_reclaims", zero()),
         ("lru_bumps_dropped", zero()),
-    ];
+    ]);
     if let Some(restore) = s.restore {
         stats.push(("restored_items", n(restore.items)));
         stats.push(("restore_time_us", n(restore.micros)));
@@ -459,6 +486,8 @@ mod tests {
         w.record(Command::Get, Outcome::Hit, 1);
         w.conn_opened();
         let before = Snapshot {
+            listen_disabled_num: 2,
+            time_in_listen_disabled_us: 300,
             workers: vec![w.snapshot()],
             store: StoreStats {
                 items: 5,
@@ -473,7 +502,13 @@ mod tests {
         now.workers = vec![w.snapshot()];
         now.store.total_items = 7;
         now.store.items = 6;
+        now.listen_disabled_num = 3;
+        now.time_in_listen_disabled_us = 500;
         let d = now.since(&before);
+        assert_eq!(
+            (d.listen_disabled_num, d.time_in_listen_disabled_us),
+            (1, 200)
+        );
         let m = MemcachedCounters::from_totals(&d.totals());
         assert_eq!((m.get_hits, m.get_misses), (0, 1));
         assert_eq!(d.totals().conns_opened, 0);
@@ -498,5 +533,16 @@ mod tests {
         assert_eq!(get("threads"), "3");
         assert_eq!(get("version"), "0.1.0");
         assert_eq!(get("accepting_conns"), "0");
+        assert!(!stats.iter().any(|(k, _)| *k == "idle_kicks"));
+        let with_idle_timeout = Snapshot {
+            idle_timeout_seconds: 5,
+            ..snap
+        };
+        let stats = general_stats(&with_idle_timeout);
+        let names: Vec<&str> = stats.iter().map(|(k, _)| *k).collect();
+        let at = |k: &str| names.iter().position(|n| *n == k).unwrap();
+        // memcached's order: after store_no_memory (and its auth lines), before bytes_read.
+        assert_eq!(at("idle_kicks") + 1, at("bytes_read"));
+        assert_eq!(at("accepting_conns") + 1, at("listen_disabled_num"));
     }
 }

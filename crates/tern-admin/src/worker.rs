@@ -187,6 +187,7 @@ pub struct WorkerMetrics {
     conns_peak: AtomicU64,
     conns_rejected: OwnedCounter,
     conn_yields: OwnedCounter,
+    idle_kicks: OwnedCounter,
     /// Gauges set by the worker's buffer pool, in [`ConnBuffers`]' order.
     conn_buffers: [AtomicU64; 5],
 }
@@ -230,6 +231,7 @@ impl Default for WorkerMetrics {
             conns_peak: AtomicU64::new(0),
             conns_rejected: OwnedCounter::default(),
             conn_yields: OwnedCounter::default(),
+            idle_kicks: OwnedCounter::default(),
             conn_buffers: Default::default(),
         }
     }
@@ -307,6 +309,12 @@ impl WorkerMetrics {
         self.conn_yields.add(1);
     }
 
+    /// Counts a connection closed for `-o idle_timeout` (memcached's `idle_kicks`).
+    #[inline]
+    pub fn idle_kick(&self) {
+        self.idle_kicks.add(1);
+    }
+
     /// Publishes the worker's connection-buffer gauges.
     pub fn set_conn_buffers(&self, b: ConnBuffers) {
         let values = [
@@ -346,6 +354,7 @@ impl WorkerMetrics {
         s.conns_peak = self.conns_peak.load(Ordering::Relaxed);
         s.conns_rejected = self.conns_rejected.get();
         s.conn_yields = self.conn_yields.get();
+        s.idle_kicks = self.idle_kicks.get();
         let [a, b, c, d, e] = self
             .conn_buffers
             .each_ref()
@@ -489,6 +498,8 @@ pub struct WorkerSnapshot {
     pub conns_rejected: u64,
     /// Connections that yielded after their per-wake-up request limit.
     pub conn_yields: u64,
+    /// Connections closed for being idle past `-o idle_timeout`.
+    pub idle_kicks: u64,
     /// Connection buffers (gauges, kept as they are by `since`).
     pub conn_buffers: ConnBuffers,
 }
@@ -506,6 +517,7 @@ impl Default for WorkerSnapshot {
             conns_peak: 0,
             conns_rejected: 0,
             conn_yields: 0,
+            idle_kicks: 0,
             conn_buffers: ConnBuffers::default(),
         }
     }
@@ -553,6 +565,7 @@ impl WorkerSnapshot {
         d.conns_opened = d.conns_opened.saturating_sub(baseline.conns_opened);
         d.conns_rejected = d.conns_rejected.saturating_sub(baseline.conns_rejected);
         d.conn_yields = d.conn_yields.saturating_sub(baseline.conn_yields);
+        d.idle_kicks = d.idle_kicks.saturating_sub(baseline.idle_kicks);
         d
     }
 
@@ -576,6 +589,7 @@ impl WorkerSnapshot {
             total.conns_peak += w.conns_peak;
             total.conns_rejected += w.conns_rejected;
             total.conn_yields += w.conn_yields;
+            total.idle_kicks += w.idle_kicks;
             total.conn_buffers.merge(&w.conn_buffers);
         }
         total

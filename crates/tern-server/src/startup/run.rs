@@ -25,6 +25,10 @@ use crate::transport::{net, udp, uring};
 
 /// How often the background thread asks the store to reclaim expired items.
 const RECLAIM_EVERY_SECS: u64 = 10;
+/// Descriptors tern may hold beside its clients' and those open at start: per worker its poll,
+/// waker and ring; for the server, the admin endpoint's clients, watchers' duplicates, files.
+const SPARE_FILES_PER_WORKER: u64 = 4;
+const SPARE_FILES: u64 = 32;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.version {
@@ -158,6 +162,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .context("--takeover-socket: duplicating the listening sockets")?,
         None => Vec::new(),
     };
+
+    // With the sockets bound, before -d (so a refusal reaches the terminal) and before -u
+    // (root may raise the hard limit), as memcached does.
+    raise_file_limit(&settings)?;
 
     let readiness = match settings.daemon {
         true => Some(process::daemonize(settings.verbose > 0)?),
@@ -319,6 +327,57 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         offered.finish();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raises `RLIMIT_NOFILE` to what `-c` clients need beside the descriptors tern holds itself:
+/// the soft limit, and the hard one too where the process may (root with CAP_SYS_RESOURCE).
+/// memcached 1.6.45 sets both to `-c` and refuses to start where it cannot; tern refuses too
+/// when the hard limit is below `-c`, and where it holds `-c` but not tern's own descriptors,
+/// says so and serves: clients past the limit wait in the backlog until a descriptor frees.
+fn raise_file_limit(settings: &Settings) -> anyhow::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("reading the open files limit");
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(SPARE_FILES, |d| d.count() as u64);
+    let conns = settings.conn_limit as u64;
+    let needed = conns
+        .saturating_add(open)
+        .saturating_add(settings.threads as u64 * SPARE_FILES_PER_WORKER)
+        .saturating_add(SPARE_FILES);
+    let (soft, hard) = (limit.rlim_cur, limit.rlim_max);
+    if soft >= needed {
+        return Ok(());
+    }
+    let set = |soft: u64, hard: u64| {
+        let limit = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads the struct passed, nothing else.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
+    };
+    if set(needed, hard.max(needed)) {
+        tracing::info!("open files limit raised from {soft} to {needed} for -c {conns}");
+        return Ok(());
+    }
+    if hard < conns {
+        anyhow::bail!(
+            "failed to set rlimit for open files: -c {conns} needs {needed} descriptors and the \
+             hard limit is {hard}. Try starting as root or requesting smaller maxconns value."
+        );
+    }
+    // The soft limit may always go up to the hard one.
+    let now = if set(hard, hard) { hard } else { soft };
+    tracing::warn!(
+        "open files limited to {now} (hard limit {hard}): -c {conns} needs {needed} descriptors; \
+         past the limit, new clients wait in the backlog until a descriptor frees"
+    );
+    Ok(())
 }
 
 /// Says at start how the item heap's pages are backed, so a `-L` that got no huge pages is

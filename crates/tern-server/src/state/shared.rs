@@ -59,6 +59,62 @@ pub struct Shared {
     pub auth: Option<AuthFile>,
     /// `-S`: SASL PLAIN's users (`MEMCACHED_SASL_PWDB`), and the authentication counters.
     pub sasl: Option<AuthFile>,
+    /// Workers that stopped accepting, for `listen_disabled_num` and its time.
+    pub listen_pauses: ListenPauses,
+}
+
+/// Why a client's connection closed, as `watch connevents` says it (memcached's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    Normal,
+    /// `-o idle_timeout`.
+    IdleTimeout,
+}
+
+/// memcached's `listen_disabled_num` and `time_in_listen_disabled_us` over every worker's
+/// listeners: the server stops accepting when its first worker does (at `-c` without
+/// maxconns_fast, or out of descriptors) and accepts again when the last one does. Locked on
+/// those changes and by `stats` only.
+#[derive(Default)]
+pub struct ListenPauses(Mutex<PauseState>);
+
+#[derive(Default)]
+struct PauseState {
+    /// Workers not accepting now.
+    paused: usize,
+    /// When the first of them stopped.
+    since: Option<std::time::Instant>,
+    count: u64,
+    micros: u64,
+}
+
+impl ListenPauses {
+    /// A worker stopped accepting (call once per stop, then [`ListenPauses::resume`]).
+    pub fn pause(&self) {
+        let mut p = lock(&self.0);
+        if p.paused == 0 {
+            p.since = Some(std::time::Instant::now());
+            p.count += 1;
+        }
+        p.paused += 1;
+    }
+
+    /// A worker accepts again.
+    pub fn resume(&self) {
+        let mut p = lock(&self.0);
+        p.paused = p.paused.saturating_sub(1);
+        if p.paused == 0 {
+            if let Some(since) = p.since.take() {
+                p.micros += since.elapsed().as_micros() as u64;
+            }
+        }
+    }
+
+    /// (accepting, stops so far, microseconds of the stops that ended).
+    fn read(&self) -> (bool, u64, u64) {
+        let p = lock(&self.0);
+        (p.paused == 0, p.count, p.micros)
+    }
 }
 
 impl Shared {
@@ -109,9 +165,18 @@ impl Shared {
 
     /// Undoes [`Shared::list_client`] and [`Shared::reserve_connection`] as a client's
     /// connection closes, before its descriptor does (and can be reused).
-    pub fn unlist_client(&self, worker: usize, fd: i32, peer: impl FnOnce() -> Peer) {
-        self.watchers
-            .conn_event(peer, fd, "conn_close", " reason=normal");
+    pub fn unlist_client(
+        &self,
+        worker: usize,
+        fd: i32,
+        reason: CloseReason,
+        peer: impl FnOnce() -> Peer,
+    ) {
+        let reason = match reason {
+            CloseReason::Normal => " reason=normal",
+            CloseReason::IdleTimeout => " reason=idle_timeout",
+        };
+        self.watchers.conn_event(peer, fd, "conn_close", reason);
         self.conn_table(worker).retain(|e| e.fd != fd);
         self.unreserve_connection(worker);
     }
@@ -144,6 +209,7 @@ impl Shared {
             tls: None,
             auth: None,
             sasl: None,
+            listen_pauses: ListenPauses::default(),
         }
     }
 }
@@ -474,6 +540,8 @@ impl Shared {
     pub fn snapshot(&self) -> Snapshot {
         let now = self.store.clock().now();
         let (user, system) = rusage();
+        let (accepting, listen_disabled_num, time_in_listen_disabled_us) =
+            self.listen_pauses.read();
         Snapshot {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
@@ -482,7 +550,10 @@ impl Shared {
             rusage_user_seconds: user,
             rusage_system_seconds: system,
             max_connections: self.settings.conn_limit as u64,
-            accepting_connections: !self.shutdown.load(Ordering::Relaxed),
+            accepting_connections: accepting && !self.shutdown.load(Ordering::Relaxed),
+            listen_disabled_num,
+            time_in_listen_disabled_us,
+            idle_timeout_seconds: self.settings.idle_timeout_secs,
             workers: self.workers.iter().map(|w| w.metrics.snapshot()).collect(),
             store: store_stats(&self.store),
             restore: self.restore,

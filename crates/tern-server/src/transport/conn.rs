@@ -6,11 +6,14 @@
 //! idle connection holds neither.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 
+use rustix::net::RecvFlags;
 use tern_store::DumpCursor;
 
 use crate::config;
 use crate::ops::Ops;
+use crate::state::recording::monotonic_nanos;
 use crate::transport::auth::{self, Gate};
 use crate::transport::buffers::{BufferPool, BUFFER};
 use crate::transport::stream::Stream;
@@ -76,6 +79,9 @@ pub struct Conn {
     metadump: Option<DumpCursor>,
     /// Passed `-Y`'s authentication (unused without it).
     authenticated: bool,
+    /// When input last came in, or replies last waited to be sent ([`monotonic_nanos`]): what
+    /// `-o idle_timeout` measures from. Set from the clock read a turn with input makes anyway.
+    last_active: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +110,17 @@ impl Replies for ConnReplies<'_> {
     fn backlogged(&self) -> bool {
         self.wbuf.len() - self.wsent > WRITE_HIGH_WATER
     }
+}
+
+/// What `-o idle_timeout` finds of a connection ([`Conn::idleness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idleness {
+    /// Input or a reply within the timeout, or busy now.
+    Active,
+    /// Quiet for the timeout by its clock, but input (or the end) waits in its socket: a worker
+    /// that was not running (stopped, starved of CPU) has yet to read it.
+    InputWaiting,
+    Idle,
 }
 
 /// Per-call limits from the settings.
@@ -136,7 +153,26 @@ impl Conn {
             watch_id: None,
             metadump: None,
             authenticated: false,
+            last_active: monotonic_nanos(),
         }
+    }
+
+    /// `-o idle_timeout`'s judgement at `now` ([`monotonic_nanos`]): idle when no input came
+    /// and no reply waited for `limit` nanoseconds, and a read attempt now finds nothing. A
+    /// connection busy now (replies unsent, watching, dumping, queued to be served again)
+    /// counts as active from now.
+    pub fn idleness(&mut self, now: u64, limit: u64) -> Idleness {
+        if now.saturating_sub(self.last_active) < limit {
+            return Idleness::Active;
+        }
+        if !self.waits_for_input() || self.queued {
+            self.last_active = now;
+            return Idleness::Active;
+        }
+        if socket_has_input(&self.stream) {
+            return Idleness::InputWaiting;
+        }
+        Idleness::Idle
     }
 
     /// Waiting for the client's next command: no reply unsent, not watching or dumping (what
@@ -222,8 +258,12 @@ impl Conn {
         // Replies left from an earlier turn go first. Usually there are none (every turn's
         // replies leave with its flush), and then the call is skipped: it costs an unpipelined
         // request ~30 instructions.
-        if self.has_unsent() && self.flush(ops).is_err() {
-            return Drive::Close;
+        if self.has_unsent() {
+            // A client still taking replies is not idle (a clock read per such turn only).
+            self.last_active = monotonic_nanos();
+            if self.flush(ops).is_err() {
+                return Drive::Close;
+            }
         }
         if self.close_after_write && !self.resuming {
             return if self.has_unsent() {
@@ -259,11 +299,13 @@ impl Conn {
         }
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
-        let started = (self.rstart < self.rend).then(crate::state::recording::monotonic_nanos);
+        let started = (self.rstart < self.rend).then(monotonic_nanos);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits);
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
+            // The same read serves -o idle_timeout: input came in this turn.
+            self.last_active = started;
             ops.worker.finish_batch(started);
         }
         let Some(yielded) = served.filter(|_| flushed) else {
@@ -509,6 +551,24 @@ impl Conn {
     }
 }
 
+/// Whether input (or the end, or an error) waits that the connection has not read: in its
+/// socket, or, on the ring, received and not read yet. A peek: no byte is consumed.
+fn socket_has_input(stream: &Stream) -> bool {
+    fn peek(socket: impl AsFd) -> bool {
+        // Only "would block" finds nothing: Ok(0) is the end and an error (a reset) the end
+        // too, which the connection's next read sees and closes on, as it would without
+        // -o idle_timeout.
+        let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+        rustix::net::recv(socket, &mut [0u8; 1], flags) != Err(rustix::io::Errno::AGAIN)
+    }
+    match stream {
+        Stream::Tcp(s) => peek(s),
+        Stream::Unix(s) => peek(s),
+        Stream::Tls(s) => peek(&s.tcp),
+        Stream::Ring(io) => io.unread() > 0 || socket_has_input(&io.socket),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
@@ -630,6 +690,43 @@ mod tests {
         let mut reply = vec![0u8; want.len()];
         client.read_exact(&mut reply).unwrap();
         assert_eq!(reply, want);
+    }
+
+    #[test]
+    fn idle_only_without_input_for_the_whole_timeout() {
+        let shared = shared();
+        let ops = Ops::new(&shared, 0);
+        let (mut conn, mut client) = pair();
+        let mut pool = BufferPool::default();
+        let second = 1_000_000_000;
+        let start = conn.last_active;
+        assert_eq!(conn.idleness(start + second - 1, second), Idleness::Active);
+        assert_eq!(conn.idleness(start + second, second), Idleness::Idle);
+        // Input that came while the worker was not looking: not idle, however old the last.
+        client.write_all(b"version\r\n").unwrap();
+        assert_eq!(
+            conn.idleness(start + 5 * second, second),
+            Idleness::InputWaiting
+        );
+        conn.drive(&ops, &LIMITS, &mut pool);
+        let served = conn.last_active;
+        assert!(served >= start);
+        assert_eq!(conn.idleness(served + second / 2, second), Idleness::Active);
+        let mut reply = vec![0u8; format!("VERSION {}\r\n", env!("CARGO_PKG_VERSION")).len()];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(conn.idleness(served + second, second), Idleness::Idle);
+        // Replies waiting for the client: busy, and the timeout counts from then.
+        conn.wbuf.extend_from_slice(b"unsent");
+        assert_eq!(conn.idleness(served + 3 * second, second), Idleness::Active);
+        conn.wbuf.clear();
+        assert_eq!(conn.idleness(served + 3 * second, second), Idleness::Active);
+        assert_eq!(conn.idleness(served + 4 * second, second), Idleness::Idle);
+        // The client's end waits to be read, as input does.
+        drop(client);
+        assert_eq!(
+            conn.idleness(served + 9 * second, second),
+            Idleness::InputWaiting
+        );
     }
 
     #[test]

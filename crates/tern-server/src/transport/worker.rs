@@ -12,9 +12,10 @@ use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
 use crate::ops::Ops;
-use crate::state::shared::Shared;
+use crate::state::recording::monotonic_nanos;
+use crate::state::shared::{CloseReason, Shared};
 use crate::transport::buffers::BufferPool;
-use crate::transport::conn::{Conn, Drive, Limits};
+use crate::transport::conn::{Conn, Drive, Idleness, Limits};
 use crate::transport::net::Listener;
 use crate::transport::stream::Stream;
 use crate::transport::udp::UdpServer;
@@ -33,6 +34,78 @@ const FIRST_CONN: usize = 1 << 20;
 pub(crate) const MAX_HOLDERS: usize = 16;
 /// How long a stopping worker waits for clients to take their last replies.
 pub(crate) const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+/// Out of descriptors, a worker tries its accepts again this often (memcached's
+/// `maxconns_handler` looks every 10 ms), and at once when one of its connections closes.
+pub(crate) const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// At most one warning this often about accepts failing (the rest go to the debug log).
+pub(crate) const ACCEPT_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// Accept errors that leave the backlog as it is until a descriptor or memory frees:
+/// `EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`.
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// A worker's accepts stopped by a failing accept (out of descriptors, most often): when to
+/// try again, whether `stats` counts the stop, when the log last said so.
+#[derive(Default)]
+pub(crate) struct AcceptRetry {
+    pub at: Option<Instant>,
+    /// Counted in `listen_disabled_num` (out of descriptors), until accepts work again.
+    counted: bool,
+    warned: Option<Instant>,
+}
+
+impl AcceptRetry {
+    /// Accepts failed with `e`: they stop until [`ACCEPT_RETRY`] from now (or a close).
+    pub fn failed(&mut self, shared: &Shared, worker: usize, e: &io::Error) {
+        self.at = Some(Instant::now() + ACCEPT_RETRY);
+        if !out_of_descriptors(e) {
+            tracing::debug!(worker, "accept failed: {e}");
+            return;
+        }
+        if !self.counted {
+            self.counted = true;
+            shared.listen_pauses.pause();
+        }
+        if self
+            .warned
+            .is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_EVERY)
+        {
+            self.warned = Some(Instant::now());
+            tracing::warn!(
+                worker,
+                "accept failed: {e}; new clients wait in the backlog until a descriptor frees"
+            );
+        } else {
+            tracing::debug!(worker, "accept failed: {e}");
+        }
+    }
+
+    /// Accepts work again (the backlog was emptied, or accepting is over).
+    pub fn succeeded(&mut self, shared: &Shared) {
+        self.at = None;
+        if self.counted {
+            self.counted = false;
+            shared.listen_pauses.resume();
+        }
+    }
+
+    /// A descriptor was freed here: try at once rather than at the next tick.
+    pub fn descriptor_freed(&mut self) {
+        if self.at.is_some() {
+            self.at = Some(Instant::now());
+        }
+    }
+
+    /// Time to try again.
+    pub fn due(&self) -> bool {
+        self.at.is_some_and(|at| Instant::now() >= at)
+    }
+}
 
 pub struct Worker {
     id: usize,
@@ -55,6 +128,9 @@ pub struct Worker {
     /// connection closes.
     accept_paused: bool,
     waiting: VecDeque<Stream>,
+    /// Accepts failed (out of descriptors): tried again from a time, or when a connection
+    /// closes.
+    accept_retry: AcceptRetry,
     /// The server second of the last idle-connection check.
     idle_checked: u32,
     /// Read and write buffers lent to connections.
@@ -101,6 +177,7 @@ impl Worker {
             udp_again: Vec::new(),
             accept_paused: false,
             waiting: VecDeque::new(),
+            accept_retry: AcceptRetry::default(),
             idle_checked: 0,
             buffers: BufferPool::default(),
             holders: Vec::new(),
@@ -125,6 +202,8 @@ impl Worker {
         loop {
             let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
                 Some(Duration::ZERO)
+            } else if self.accept_retry.at.is_some() {
+                Some(ACCEPT_RETRY)
             } else if draining_since.is_some() || self.accept_paused {
                 Some(Duration::from_millis(50))
             } else if self.shared.settings.idle_timeout_secs > 0 || self.shared.tls.is_some() {
@@ -177,6 +256,16 @@ impl Worker {
                 // -o no_maxconns_fast: waiting clients come in as others leave (on any
                 // worker, so this one looks again every 50 ms).
                 self.admit_waiting();
+            }
+            if self.accept_retry.due() && draining_since.is_none() {
+                // Out of descriptors: one may have freed, here or anywhere in the process.
+                self.accept_retry.at = None;
+                for listener in 0..self.listeners.len() {
+                    self.accept(listener);
+                }
+                if self.accept_retry.at.is_none() {
+                    self.accept_retry.succeeded(&self.shared);
+                }
             }
             if self.shared.settings.idle_timeout_secs > 0 {
                 self.close_idle();
@@ -233,18 +322,28 @@ impl Worker {
 
     fn accept(&mut self, listener: usize) {
         // Without maxconns_fast, clients over -c wait: first those already taken in, then
-        // the backlog, as slots free up.
-        if self.accept_paused {
+        // the backlog, as slots free up. Out of descriptors, all wait for the retry.
+        if self.accept_paused || self.accept_retry.at.is_some() {
             return;
         }
         loop {
             let stream = match self.listeners[listener].accept(self.shared.tls.as_deref()) {
                 Ok(stream) => stream,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // That client is gone (or the call was interrupted): the next may be fine.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue
+                }
                 Err(e) => {
-                    // EMFILE and friends: the connection stays in the backlog; try again later.
-                    tracing::warn!(worker = self.id, "accept failed: {e}");
+                    // EMFILE and friends: the connection stays in the backlog, and the
+                    // listener's edge is spent, so the worker tries again by itself: at once
+                    // when one of its connections closes, else after ACCEPT_RETRY.
+                    self.accept_retry.failed(&self.shared, self.id, &e);
                     return;
                 }
             };
@@ -259,6 +358,7 @@ impl Worker {
                     // do those still in the backlog.
                     self.waiting.push_back(stream);
                     self.accept_paused = true;
+                    self.shared.listen_pauses.pause();
                     return;
                 }
             }
@@ -275,6 +375,7 @@ impl Worker {
             }
         }
         self.accept_paused = false;
+        self.shared.listen_pauses.resume();
         for listener in 0..self.listeners.len() {
             self.accept(listener);
         }
@@ -314,30 +415,40 @@ impl Worker {
         Ok(())
     }
 
-    /// -o idle_timeout: closes connections that brought no command for that many seconds
-    /// and wait for one (not those still sending replies, watching or dumping), checked at
-    /// most once a second.
+    /// -o idle_timeout: closes connections that brought no input and had no reply waiting for
+    /// that long, measured to the nanosecond from the turns that served them, and that have
+    /// nothing to read now (a worker that did not run for a while, stopped or starved, reads
+    /// first). Watchers and dumps are never idle. Checked once a server second.
     fn close_idle(&mut self) {
-        let limit = self.shared.settings.idle_timeout_secs;
-        let now = self.shared.store.clock().now();
-        if now == self.idle_checked {
+        let second = self.shared.store.clock().now();
+        if second == self.idle_checked {
             return;
         }
-        self.idle_checked = now;
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter_map(|(idx, conn)| {
-                let conn = conn.as_ref()?;
-                let last = self.activity[idx].1.load(Ordering::Relaxed);
-                let waiting = conn.waits_for_input();
-                (waiting && u64::from(now.saturating_sub(last)) >= limit).then_some(idx)
-            })
-            .collect();
+        self.idle_checked = second;
+        let limit = self
+            .shared
+            .settings
+            .idle_timeout_secs
+            .saturating_mul(1_000_000_000);
+        let now = monotonic_nanos();
+        let mut idle = Vec::new();
+        for (idx, slot) in self.conns.iter_mut().enumerate() {
+            let Some(conn) = slot else { continue };
+            match conn.idleness(now, limit) {
+                Idleness::Active => {}
+                Idleness::InputWaiting => {
+                    if !conn.queued {
+                        conn.queued = true;
+                        self.again.push(idx);
+                    }
+                }
+                Idleness::Idle => idle.push(idx),
+            }
+        }
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
-            self.close(idx);
+            self.shared.workers[self.id].metrics.idle_kick();
+            self.close_for(idx, CloseReason::IdleTimeout);
         }
     }
 
@@ -418,6 +529,10 @@ impl Worker {
     }
 
     fn close(&mut self, idx: usize) {
+        self.close_for(idx, CloseReason::Normal);
+    }
+
+    fn close_for(&mut self, idx: usize, reason: CloseReason) {
         if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             conn.close_buffers(&mut self.buffers);
@@ -425,14 +540,17 @@ impl Worker {
                 self.shared.watchers.remove(id);
             }
             self.shared
-                .unlist_client(self.id, self.activity[idx].0, || conn.stream.peer());
+                .unlist_client(self.id, self.activity[idx].0, reason, || conn.stream.peer());
             self.free.push(idx);
+            // Its descriptor closes as `conn` drops: a client waiting in the backlog may come.
+            self.accept_retry.descriptor_freed();
             tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }
     }
 
     /// Stops accepting and closes every connection once its queued replies are sent.
     fn begin_drain(&mut self) {
+        self.accept_retry.succeeded(&self.shared);
         for mut listener in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(listener.source());
         }

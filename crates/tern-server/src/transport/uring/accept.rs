@@ -1,6 +1,8 @@
 //! The io_uring engine's side of accepting: multishot accepts completing, `-c` and its waiting
 //! clients, a new connection's slot and `stats conns` entry.
 
+use std::os::fd::IntoRawFd;
+
 use super::*;
 
 impl Engine {
@@ -12,10 +14,11 @@ impl Engine {
             Ok(fd) if fd >= 0 => fd,
             _ => {
                 if res != -libc::ECANCELED {
+                    // EMFILE and friends end the multishot accept; the client stays in the
+                    // backlog, and `retry_accepts` looks again (at once when a connection
+                    // closes).
                     let e = io::Error::from_raw_os_error(-res);
-                    tracing::warn!(worker = self.id, "accept failed: {e}");
-                    // EMFILE and friends: the client stays in the backlog; try again soon.
-                    self.accept_retry = Some(Instant::now() + Duration::from_millis(50));
+                    self.accept_retry.failed(&self.shared, self.id, &e);
                 }
                 return;
             }
@@ -58,7 +61,35 @@ impl Engine {
         }
     }
 
+    /// After accepts failed (out of descriptors): takes in what the backlogs hold with plain
+    /// non-blocking accepts, as the epoll worker does, and arms each listener's multishot accept
+    /// once its backlog is empty. (An accept armed while no descriptor is free fails at once,
+    /// client or not, so arming alone would only fail again.)
+    pub(super) fn retry_accepts(&mut self) {
+        self.accept_retry.at = None;
+        for i in 0..self.listeners.len() {
+            while !self.accepting[i] && !self.accept_paused && self.accept_retry.at.is_none() {
+                match rustix::net::accept_with(
+                    &self.listeners[i],
+                    rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+                ) {
+                    Ok(fd) => self.accepted(i, fd.into_raw_fd(), 0),
+                    Err(rustix::io::Errno::AGAIN) => self.arm_accept(i),
+                    Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => {}
+                    Err(e) => {
+                        let e = io::Error::from(e);
+                        self.accept_retry.failed(&self.shared, self.id, &e);
+                    }
+                }
+            }
+        }
+        if self.accept_retry.at.is_none() {
+            self.accept_retry.succeeded(&self.shared);
+        }
+    }
+
     pub(super) fn pause_accepting(&mut self) {
+        self.shared.listen_pauses.pause();
         self.accept_paused = true;
         for i in 0..self.listeners.len() {
             if self.accepting[i] {
@@ -78,6 +109,7 @@ impl Engine {
             }
         }
         self.accept_paused = false;
+        self.shared.listen_pauses.resume();
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }

@@ -21,13 +21,14 @@ use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
 use crate::ops::Ops;
-use crate::state::shared::Shared;
+use crate::state::recording::monotonic_nanos;
+use crate::state::shared::{CloseReason, Shared};
 use crate::transport::buffers::BufferPool;
-use crate::transport::conn::{Conn, Drive, Limits};
+use crate::transport::conn::{Conn, Drive, Idleness, Limits};
 use crate::transport::net::Listener;
 use crate::transport::stream::{RingIo, Stream};
 use crate::transport::udp::UdpServer;
-use crate::transport::worker::{Worker, DRAIN_PATIENCE, MAX_HOLDERS};
+use crate::transport::worker::{AcceptRetry, Worker, ACCEPT_RETRY, DRAIN_PATIENCE, MAX_HOLDERS};
 
 mod accept;
 mod ring;
@@ -167,8 +168,9 @@ struct Engine {
     /// At -c without maxconns_fast: accepts cancelled, clients wait here.
     accept_paused: bool,
     waiting: VecDeque<Stream>,
-    /// An accept failed (EMFILE and friends): accepts are armed again from this time.
-    accept_retry: Option<Instant>,
+    /// An accept failed (EMFILE and friends): accepts are tried again from a time, or when a
+    /// connection closes.
+    accept_retry: AcceptRetry,
     idle_checked: u32,
     draining_since: Option<Instant>,
 }
@@ -247,7 +249,7 @@ impl Engine {
             holders: Vec::new(),
             accept_paused: false,
             waiting: VecDeque::new(),
-            accept_retry: None,
+            accept_retry: AcceptRetry::default(),
             idle_checked: 0,
             draining_since: None,
         })
@@ -306,8 +308,9 @@ impl Engine {
     fn wait(&mut self) {
         let timeout = if !self.again.is_empty() || !self.udp_again.is_empty() {
             Some(Duration::ZERO)
-        } else if self.draining_since.is_some() || self.accept_paused || self.accept_retry.is_some()
-        {
+        } else if self.accept_retry.at.is_some() {
+            Some(ACCEPT_RETRY)
+        } else if self.draining_since.is_some() || self.accept_paused {
             Some(Duration::from_millis(50))
         } else if self.shared.settings.idle_timeout_secs > 0 {
             Some(Duration::from_secs(1))
@@ -610,14 +613,8 @@ impl Engine {
         if self.accept_paused && self.draining_since.is_none() {
             self.admit_waiting();
         }
-        if self
-            .accept_retry
-            .is_some_and(|at| Instant::now() >= at && self.draining_since.is_none())
-        {
-            self.accept_retry = None;
-            for i in 0..self.listeners.len() {
-                self.arm_accept(i);
-            }
+        if self.accept_retry.due() && self.draining_since.is_none() {
+            self.retry_accepts();
         }
         if self.shared.settings.idle_timeout_secs > 0 {
             self.close_idle();
@@ -638,23 +635,37 @@ impl Engine {
 
     /// -o idle_timeout, as the epoll worker applies it.
     fn close_idle(&mut self) {
-        let limit = self.shared.settings.idle_timeout_secs;
-        let now = self.shared.store.clock().now();
-        if now == self.idle_checked {
+        let second = self.shared.store.clock().now();
+        if second == self.idle_checked {
             return;
         }
-        self.idle_checked = now;
-        let idle: Vec<usize> = (0..self.slots.len())
-            .filter(|&idx| {
-                self.slots[idx].conn.as_ref().is_some_and(|conn| {
-                    let last = self.activity[idx].1.load(Ordering::Relaxed);
-                    conn.waits_for_input() && u64::from(now.saturating_sub(last)) >= limit
-                })
-            })
-            .collect();
+        self.idle_checked = second;
+        let limit = self
+            .shared
+            .settings
+            .idle_timeout_secs
+            .saturating_mul(1_000_000_000);
+        let now = monotonic_nanos();
+        let mut idle = Vec::new();
+        for idx in 0..self.slots.len() {
+            let Some(conn) = self.slots[idx].conn.as_mut() else {
+                continue;
+            };
+            match conn.idleness(now, limit) {
+                Idleness::Active => {}
+                Idleness::InputWaiting => {
+                    if !conn.queued {
+                        conn.queued = true;
+                        self.again.push(idx);
+                    }
+                }
+                Idleness::Idle => idle.push(idx),
+            }
+        }
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
-            self.close(idx);
+            self.shared.workers[self.id].metrics.idle_kick();
+            self.close_for(idx, CloseReason::IdleTimeout);
         }
     }
 
@@ -684,6 +695,7 @@ impl Engine {
     /// Stops accepting (so a successor taking over gets every new client) and closes every
     /// connection once its queued replies are sent.
     fn begin_drain(&mut self) {
+        self.accept_retry.succeeded(&self.shared);
         for i in 0..self.listeners.len() {
             if self.accepting[i] {
                 let cancel = opcode::AsyncCancel::new(ACCEPT | i as u64).build();
@@ -718,6 +730,10 @@ impl Engine {
     }
 
     fn close(&mut self, idx: usize) {
+        self.close_for(idx, CloseReason::Normal);
+    }
+
+    fn close_for(&mut self, idx: usize, reason: CloseReason) {
         let Some(mut conn) = self.slots[idx].conn.take() else {
             return;
         };
@@ -727,7 +743,7 @@ impl Engine {
         }
         let fd = self.activity[idx].0;
         self.shared
-            .unlist_client(self.id, fd, || conn.stream.peer());
+            .unlist_client(self.id, fd, reason, || conn.stream.peer());
         // The ring lets go of the socket: its receive and send are cancelled and its
         // registered file closed, all in this turn's submit; the descriptor itself closes when
         // `conn` drops below. A send's bytes stay until its completion.
@@ -759,6 +775,8 @@ impl Engine {
             slot.fixed = false;
         }
         drop(conn);
+        // Its descriptor is closed: a client waiting in the backlog may come.
+        self.accept_retry.descriptor_freed();
         self.free_if_idle(idx);
         tracing::debug!(worker = self.id, conn = idx, "connection closed");
     }
