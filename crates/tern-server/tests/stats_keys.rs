@@ -4,9 +4,7 @@
 use tern_testkit::{stat_lines, Conn, ServerProcess};
 
 /// memcached 1.6.45's `stats` keys, captured from the live 1.6.45 (`memcached -t 4 -m 64`,
-/// built with extstore and TLS but not its proxy) on 2026-11-26: all 93 but
-/// `listen_disabled_num` and `time_in_listen_disabled_us` (between `accepting_conns` and
-/// `threads`), which come with the faults branch (merger: add them to this list then).
+/// built with extstore and TLS but not its proxy) on 2026-11-26: all 93.
 /// `idle_kicks` appears only with `-o idle_timeout`, after `auth_errors`.
 const MEMCACHED_STATS: &[&str] = &[
     "pid",
@@ -58,6 +56,8 @@ const MEMCACHED_STATS: &[&str] = &[
     "bytes_written",
     "limit_maxbytes",
     "accepting_conns",
+    "listen_disabled_num",
+    "time_in_listen_disabled_us",
     "threads",
     "conn_yields",
     "hash_power_level",
