@@ -264,8 +264,9 @@ fn protocol_is_chosen_per_connection_by_the_first_byte() {
     binary.send(&frame(SET, &set_extras(0, 0), b"shared", b"both", 1));
     read_reply(&mut binary);
     text.expect(b"get shared\r\n", b"VALUE shared 0 4\r\nboth\r\nEND\r\n");
-    // A text connection stays text: a 0x80 byte later is just a bad command line.
-    text.expect(b"\x80\r\n", b"ERROR\r\n");
+    // A text connection stays text: a 0x80 byte later is just a bad command line, too short for
+    // a command (memcached 1.6.45's reply; 1.6.18 said ERROR).
+    text.expect(b"\x80\r\n", b"CLIENT_ERROR bad command line format\r\n");
     let settings = String::from_utf8(text.request(b"stats settings\r\n", b"END\r\n")).unwrap();
     assert!(
         settings.contains("STAT binding_protocol auto-negotiate\r\n"),
@@ -355,8 +356,9 @@ fn stat_groups_answer_as_memcached_does() {
         "{dump:?}"
     );
     // `settings` and `items`: the same statistics as over text, under memcached's names
-    // (tern's own settings aside: tern has no slab or LRU settings to show).
-    let tern_only = [
+    // (aside from tern's own settings and those newer than the peer: tern has no slab or LRU
+    // settings to show).
+    let not_in_1_6_18 = [
         "lock_memory",
         "large_memory_pages",
         "admin_port",
@@ -367,6 +369,8 @@ fn stat_groups_answer_as_memcached_does() {
         "numa_node",
         "io_engine",
         "tls_handshake_timeout",
+        // memcached 1.6.45's, which Debian's 1.6.18 (the peer here) does not print yet.
+        "client_flags_size",
     ];
     for group in [&b"settings"[..], b"items"] {
         let ours = binary_stats(&mut t, group).unwrap();
@@ -377,7 +381,7 @@ fn stat_groups_answer_as_memcached_does() {
             .collect();
         for (name, _) in &ours {
             assert!(
-                theirs.contains(name) || tern_only.contains(&name.as_str()),
+                theirs.contains(name) || not_in_1_6_18.contains(&name.as_str()),
                 "{name} is not memcached's"
             );
         }
