@@ -4,6 +4,8 @@
 # runs alternate between the servers and the medians are compared (the machine is noisy).
 #
 #   scripts/compare-memcached.sh [rounds] [seconds] [extra memcaslap args...]
+#   MEMCACHED=/path/to/memcached scripts/compare-memcached.sh ...   (another memcached, e.g. the
+#                                       newest release built from its repository; default: PATH's)
 #
 # Prints per-run TPS and server CPU-us per request (utime+stime from /proc/PID/stat), then the
 # medians and the ratio tern/memcached. Builds tern in release mode first.
@@ -42,7 +44,7 @@ median() { sort -n | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a
 
 results=$(mktemp)
 for i in $(seq "$rounds"); do
-  run_one memcached memcached -u root -U 0 -t 1 | tee -a "$results"
+  run_one memcached "${MEMCACHED:-memcached}" -u root -U 0 -t 1 | tee -a "$results"
   run_one tern "$tern" serve -t 1 | tee -a "$results"
 done
 m_tps=$(awk '$1=="memcached"{print $2}' "$results" | median)

@@ -9,6 +9,7 @@
 #
 #   scripts/instructions.sh [get|single|mix] [SHORT] [LONG]
 #   TERN=path/to/tern scripts/instructions.sh ...   (measure another build, e.g. a baseline)
+#   MEMCACHED=path/to/memcached scripts/instructions.sh ...   (another memcached; default: PATH's)
 #   ONLY=tern scripts/instructions.sh ...           (tern alone; with scripts/fixed-seed-build.sh
 #                                                    two builds compare exactly)
 set -euo pipefail
@@ -50,5 +51,5 @@ if [ "${ONLY:-}" = tern ]; then
   echo "user-space instructions per request ($mode): tern $t"
   exit 0
 fi
-m=$(per_request memcached -u root -U 0 -t 1 -c 1024)
+m=$(per_request "${MEMCACHED:-memcached}" -u root -U 0 -t 1 -c 1024)
 echo "user-space instructions per request ($mode): memcached $m, tern $t, ratio tern/memcached $(awk -v a="$t" -v b="$m" 'BEGIN{printf "%.2f", a/b}')"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # How close tern is to the path's limit: tern, a responder that stores nothing
-# (examples/path_limit_responder.rs) and Debian's memcached, measured side by side with
+# (examples/path_limit_responder.rs) and memcached (MEMCACHED, default the one on PATH), measured side by side with
 # `tern bench`, rounds alternated, medians and ratios printed. Each server runs with one worker
 # thread on core 0, the generator on core 1.
 #
-#   [SHAPE="-c 50 -p 1 -r 20000"] [KEYS=10000] crates/tern-bench/scripts/path-limit.sh \
+#   [SHAPE="-c 50 -p 1 -r 20000"] [KEYS=10000] [MEMCACHED=path] crates/tern-bench/scripts/path-limit.sh \
 #     [ROUNDS] [SECONDS] [extra tern bench args...]
 #
 # Default workload: the README's headline (SHAPE "-c 32 -p 16": 32 connections x pipeline 16;
@@ -27,7 +27,7 @@ cargo build --release -q -p tern-bench --example path_limit_responder
 # shellcheck source=servers.sh
 source crates/tern-bench/scripts/servers.sh
 m_port=$(free_port); t_port=$(free_port); r_port=$(free_port)
-start "$m_port" memcached -u root -U 0 -t 1 -m 1024 -p "$m_port" -l 127.0.0.1
+start "$m_port" "${MEMCACHED:-memcached}" -u root -U 0 -t 1 -m 1024 -p "$m_port" -l 127.0.0.1
 start "$t_port" "$target/tern" serve -t 1 -m 1024 -p "$t_port" -l 127.0.0.1
 start "$r_port" "$target/examples/path_limit_responder" "$r_port" "$value_bytes"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # RSS after loading 1 M items (10-byte keys, 32-byte values) through the network into
 # tern (-m 64) and into memcached (-m 1024, so that nothing is evicted), one after the other.
-# usage: crates/tern-store/scripts/rss-vs-memcached.sh [path/to/tern]
+# usage: [MEMCACHED=path/to/memcached] crates/tern-store/scripts/rss-vs-memcached.sh [path/to/tern]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tern=${1:-target/release/tern}
@@ -27,4 +27,4 @@ measure() {
 echo "| server | items held | RSS at start | RSS after $items sets |"
 echo "|---|---|---|---|"
 measure "tern serve -m 64 -t 1" 22411 "$tern" serve -p 22411 -m 64 -t 1
-measure "memcached 1.6 -m 1024 -t 1" 22412 memcached -p 22412 -m 1024 -t 1 -U 0 -u root
+measure "memcached 1.6 -m 1024 -t 1" 22412 "${MEMCACHED:-memcached}" -p 22412 -m 1024 -t 1 -U 0 -u root
