@@ -312,7 +312,7 @@ fn stats_subcommands_and_admin_endpoints() {
 
     // stats conns: listeners (one per worker), this connection parsing, another waiting.
     let mut other = server.connect();
-    other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    other.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     let conns = stat_lines(&c.request(b"stats conns\r\n", b"END\r\n"));
     let states: Vec<&str> = conns
         .iter()

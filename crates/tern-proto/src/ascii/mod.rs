@@ -928,8 +928,14 @@ mod tests {
         assert_eq!(rejected("delete"), BAD_FORMAT);
         // 23 tokens are read: a `noreply` past them is not seen.
         let many = |n: usize| format!("delete k{} noreply", " x".repeat(n));
-        assert!(matches!(line(&many(20)), Ok(Command::Delete { noreply: true, .. })));
-        assert!(matches!(line(&many(21)), Ok(Command::Delete { noreply: false, .. })));
+        assert!(matches!(
+            line(&many(20)),
+            Ok(Command::Delete { noreply: true, .. })
+        ));
+        assert!(matches!(
+            line(&many(21)),
+            Ok(Command::Delete { noreply: false, .. })
+        ));
         assert_eq!(
             line("incr n 18446744073709551615"),
             Ok(Command::Arith {
@@ -945,7 +951,10 @@ mod tests {
         assert_eq!(rejected("incr n +1"), BAD_DELTA);
         assert_eq!(rejected("incr n"), BAD_FORMAT);
         assert_eq!(rejected("touch k"), BAD_FORMAT);
-        assert!(matches!(line("incr n 1 2"), Ok(Command::Arith { delta: 1, .. })));
+        assert!(matches!(
+            line("incr n 1 2"),
+            Ok(Command::Arith { delta: 1, .. })
+        ));
         assert_eq!(
             line("touch k 10 noreply"),
             Ok(Command::Touch {

@@ -28,7 +28,9 @@ const RECLAIM_EVERY_SECS: u64 = 10;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.version {
-        println!("tern {}", env!("CARGO_PKG_VERSION"));
+        // As `memcached -V` prints `memcached 1.6.45`: the name, then the version `version`
+        // reports.
+        println!("tern {}", crate::state::VERSION);
         return Ok(ExitCode::SUCCESS);
     }
     let mut settings = Settings::from_args(&args)?;

@@ -336,7 +336,7 @@ impl Shared {
         let now = self.store.clock().now();
         let (user, system) = rusage();
         Snapshot {
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: super::VERSION.to_string(),
             pid: std::process::id(),
             uptime_seconds: u64::from(now.saturating_sub(self.started)),
             time_unix_seconds: u64::from(now),
