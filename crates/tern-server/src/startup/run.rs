@@ -127,6 +127,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let addr = std::net::SocketAddr::new(settings.listen_addrs()?[0].ip(), port);
             match inherited.as_mut().and_then(|i| i.admin(addr)) {
                 Some(listener) => Some(listener),
+                // std's bind sets SO_REUSEADDR (on Unix), as `net::bind_tcp` does: a restart
+                // binds at once while the previous process's connections close.
                 None => Some(
                     std::net::TcpListener::bind(addr)
                         .with_context(|| format!("--admin-port {port}: cannot listen on {addr}"))?,
