@@ -134,7 +134,7 @@ fn stats_and_metrics_count_a_known_sequence() {
         ("bytes", "5"),
         ("evictions", "0"),
         ("reclaimed", "0"),
-        ("version", env!("CARGO_PKG_VERSION")),
+        ("version", tern_server::VERSION),
         ("pid", &server.pid().to_string()),
     ];
     for (name, value) in want {
@@ -341,7 +341,7 @@ fn stats_subcommands_and_admin_endpoints() {
     assert_eq!(admin_get(admin, "/health"), (200, "OK\n".to_string()));
     assert_eq!(
         admin_get(admin, "/version"),
-        (200, format!("{}\n", env!("CARGO_PKG_VERSION")))
+        (200, format!("{}\n", tern_server::VERSION))
     );
     let (status, body) = admin_get(admin, "/settings");
     assert_eq!(status, 200);

@@ -294,14 +294,27 @@ fn one_key_gets_read_ahead_answer_as_memcached_among_every_other_line() {
     let end = b"DONE\r\nEND\r\n";
     let memcached = ServerProcess::memcached(&["-t", "1"]);
     let want = memcached.connect().request(&stream, end);
+    // The traps' keyless gets (`get`, `get `, `gets`) are the stream's only `ERROR`s from
+    // Debian's 1.6.18; memcached 1.6.45, which tern follows, answers them `CLIENT_ERROR bad
+    // command line format` (its transcript).
+    let want = String::from_utf8_lossy(&want).into_owned();
+    let lines: Vec<&str> = want.split_inclusive("\r\n").collect();
+    assert_eq!(
+        lines.iter().filter(|&&l| l == "ERROR\r\n").count(),
+        9,
+        "{want}"
+    );
+    let want: String = lines
+        .into_iter()
+        .map(|l| match l {
+            "ERROR\r\n" => "CLIENT_ERROR bad command line format\r\n",
+            l => l,
+        })
+        .collect();
     // -R 1 and 3 make the serve loop yield inside a look-ahead's window, at every offset.
     for dash_r in ["1", "3", "20"] {
         let tern = ServerProcess::tern(&["-t", "1", "-R", dash_r]);
         let got = tern.connect().request(&stream, end);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&want),
-            "-R {dash_r}"
-        );
+        assert_eq!(String::from_utf8_lossy(&got), want, "-R {dash_r}");
     }
 }
