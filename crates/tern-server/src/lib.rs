@@ -18,5 +18,5 @@ mod transport;
 mod wire;
 
 pub use config::{ServeArgs, Settings};
-pub use ops::VERSION_REPLY;
 pub use startup::run::run;
+pub use state::{MEMCACHED_RELEASE, VERSION, VERSION_REPLY};

@@ -543,3 +543,35 @@ fn shutdown_graceful_stops_the_server_cleanly() {
     assert!(c.is_closed_by_server());
     assert!(tern.wait_exit().success());
 }
+
+#[test]
+fn slabs_answers_as_memcached_1_6_45() {
+    // memcached 1.6.45's transcript: a subcommand is any word it starts (its `strncmp` compares
+    // the typed word's length), a number that does not parse is a bad format, `noreply`
+    // silences the answer.
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    let format = "CLIENT_ERROR bad command line format\r\n";
+    for (request, reply) in [
+        ("slabs automove invalid", format),
+        ("slabs automove +1", format),
+        ("slabs automove window x", format),
+        ("slabs reassign x 1", format),
+        (
+            "slabs automove window 1",
+            "CLIENT_ERROR automove window too low or too high\r\n",
+        ),
+        ("slabs automove window 10", "OK\r\n"),
+        ("slabs automove ratio 0.5", "OK\r\n"),
+        ("slabs automove freeratio", "ERROR\r\n"),
+        ("slabs a 1", "OK\r\n"),
+        ("slabs r 1 1", "SAME src and dst class are identical\r\n"),
+        ("slabs automove 3", "ERROR\r\n"),
+    ] {
+        c.expect(format!("{request}\r\n").as_bytes(), reply.as_bytes());
+    }
+    c.expect(
+        b"slabs automove invalid noreply\r\nslabs x noreply\r\nversion\r\n",
+        tern_server::VERSION_REPLY.as_bytes(),
+    );
+}

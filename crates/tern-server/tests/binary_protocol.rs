@@ -61,7 +61,7 @@ fn tool_output(program: &str, args: &[&str]) -> String {
 }
 
 #[test]
-fn memccapable_binary_and_full_suites_pass() {
+fn memccapable_suites_pass_as_against_memcached_1_6_45() {
     let server = ServerProcess::tern(&["-t", "2"]);
     let port = server.port.to_string();
     let binary = tool_output("memccapable", &["-h", "127.0.0.1", "-p", &port, "-b"]);
@@ -69,10 +69,28 @@ fn memccapable_binary_and_full_suites_pass() {
     assert!(!binary.contains("[FAIL]"), "{binary}");
     // memccapable names 27 binary tests.
     assert_eq!(binary.matches("[pass]").count(), 27, "{binary}");
-    let all = tool_output("memccapable", &["-h", "127.0.0.1", "-p", &port]);
-    assert!(all.contains("All tests passed"), "{all}");
-    assert!(!all.contains("[FAIL]"), "{all}");
-    assert_eq!(all.matches("[pass]").count(), 54, "{all}");
+    // The whole suite: memccapable's two ascii delete tests send a hold time and expect it
+    // refused, which memcached 1.6.40 and later (1.6.45, the release tern follows) ignore; both
+    // fail against memcached 1.6.45 as against tern, and every other test passes.
+    let out = Command::new("memccapable")
+        .args(["-h", "127.0.0.1", "-p", &port])
+        .output()
+        .expect("run memccapable");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("2 of 54 tests failed"), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("[pass]").count(), 52, "{stdout}{stderr}");
+    // A failure's `[FAIL]` goes to stderr, so on stdout the two deletes' names run on into the
+    // next test's.
+    let words = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("ascii delete ascii delete noreply ascii incr [pass]"),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(stderr.matches("[FAIL]").count(), 2, "{stdout}{stderr}");
 }
 
 #[test]

@@ -18,20 +18,30 @@ fn require(program: &str, install: &str) {
 }
 
 #[test]
-fn memccapable_ascii_tests_all_pass() {
+fn memccapable_ascii_tests_pass_as_against_memcached_1_6_45() {
     require("memccapable", "apt-get install libmemcached-tools");
     let server = ServerProcess::tern(&["-t", "2"]);
     let out = Command::new("memccapable")
         .args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "-a"])
         .output()
         .expect("run memccapable");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "memccapable failed:\n{text}");
-    assert!(text.contains("All tests passed"), "{text}");
-    assert!(!text.contains("[FAIL]"), "{text}");
-    // Every ASCII test ran (memccapable names 27 of them).
-    assert_eq!(text.matches("[pass]").count(), 27, "{text}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // Its two delete tests send a hold time and expect it refused, which memcached 1.6.40 and
+    // later (1.6.45, the release tern follows) ignore: both fail against memcached 1.6.45 as
+    // against tern. Every other ASCII test (memccapable names 27) passes.
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("2 of 27 tests failed"), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("[pass]").count(), 25, "{stdout}{stderr}");
+    // A failure's `[FAIL]` goes to stderr, so on stdout the two deletes' names run on into the
+    // next test's.
+    let words = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("ascii delete ascii delete noreply ascii incr [pass]"),
+        "{stdout}{stderr}"
+    );
 }
 
 #[test]

@@ -62,13 +62,18 @@ fn cas_commands() {
         b"EXISTS\r\n",
     );
     c.expect(b"get k\r\n", b"VALUE k 3 1\r\nz\r\nEND\r\n");
+    // memcached 1.6.45's transcript: a cas line refused once its length is read swallows its
+    // data block (1.6.18 answered `ERROR` to a short line and read the data as a command,
+    // which desynchronised t/cas.t); a line too short to hold a length is a bad format alone.
+    let format = b"CLIENT_ERROR bad command line format\r\n";
+    c.expect(b"cas k 0 0 1 x\r\nz\r\n", format);
+    c.expect(b"cas k 0 0 1\r\nz\r\n", format);
     c.expect(
-        b"cas k 0 0 1 x\r\n",
-        b"CLIENT_ERROR bad command line format\r\n",
+        b"cas k 0 0 1 noreply\r\nz\r\nget k\r\n",
+        b"VALUE k 3 1\r\nz\r\nEND\r\n",
     );
-    // The data line read as a command: memcached 1.6.45 refuses a line of under 4 bytes.
-    c.expect(b"z\r\n", b"CLIENT_ERROR bad command line format\r\n");
-    c.expect(b"cas k 0 0 1\r\n", b"ERROR\r\n");
+    c.expect(b"cas\r\n", format);
+    c.expect(b"cas k 0 0\r\n", format);
     let s = c.stats("stats\r\n");
     assert_eq!(
         (
@@ -122,7 +127,9 @@ fn arithmetic() {
         b"incr n 18446744073709551616\r\n",
         b"CLIENT_ERROR invalid numeric delta argument\r\n",
     );
-    c.expect(b"incr n\r\n", b"ERROR\r\n");
+    // 1.6.45: too few tokens is a bad format (1.6.18: `ERROR`); tokens after the delta are
+    // ignored.
+    c.expect(b"incr n\r\n", b"CLIENT_ERROR bad command line format\r\n");
     c.expect(
         b"incr n 1 noreply\r\ndecr n 1 noreply\r\nget n\r\n",
         b"VALUE n 0 3\r\n13 \r\nEND\r\n",
@@ -145,11 +152,27 @@ fn delete_and_touch() {
         b"set k 0 0 1\r\nx\r\ndelete k noreply\r\nget k\r\n",
         b"STORED\r\nEND\r\n",
     );
+    // memcached 1.6.45's transcript: since 1.6.40 everything after the key but a final
+    // `noreply` is ignored (1.6.18 answered `CLIENT_ERROR bad command line format.  Usage:
+    // delete <key> [noreply]` and kept the key); memcached's own proxy sends `noreplY`.
     c.expect(
-        b"delete k 1\r\n",
-        b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
+        b"set k 0 0 1\r\nx\r\ndelete k noreplY\r\nget k\r\n",
+        b"STORED\r\nDELETED\r\nEND\r\n",
     );
-    c.expect(b"delete\r\n", b"ERROR\r\n");
+    c.expect(
+        b"set k 0 0 1\r\nx\r\ndelete k 1\r\n",
+        b"STORED\r\nDELETED\r\n",
+    );
+    c.expect(
+        b"set k 0 0 1\r\nx\r\ndelete k x y noreply\r\nget k\r\n",
+        b"STORED\r\nEND\r\n",
+    );
+    c.expect(
+        b"set k 0 0 1\r\nx\r\ndelete k 0 noreply\r\nget k\r\n",
+        b"STORED\r\nEND\r\n",
+    );
+    c.expect(b"delete k noreply x\r\n", b"NOT_FOUND\r\n");
+    c.expect(b"delete\r\n", b"CLIENT_ERROR bad command line format\r\n");
     c.expect(b"touch k 10\r\n", b"NOT_FOUND\r\n");
     c.expect(
         b"set k 0 0 1\r\nx\r\ntouch k 10\r\n",
@@ -159,7 +182,7 @@ fn delete_and_touch() {
         b"touch k x\r\n",
         b"CLIENT_ERROR invalid exptime argument\r\n",
     );
-    c.expect(b"touch k\r\n", b"ERROR\r\n");
+    c.expect(b"touch k\r\n", b"CLIENT_ERROR bad command line format\r\n");
     // A negative exptime expires the item at once.
     c.expect(b"touch k -1\r\nget k\r\n", b"TOUCHED\r\nEND\r\n");
     c.expect(b"set k 0 -1 1\r\nx\r\nget k\r\n", b"STORED\r\nEND\r\n");
@@ -186,8 +209,9 @@ fn get_and_touch() {
         b"VALUE k 3 1\r\nx\r\nEND\r\nEND\r\n",
     );
     c.expect(b"gat x k\r\n", b"CLIENT_ERROR invalid exptime argument\r\n");
-    c.expect(b"gat 10\r\n", b"END\r\n");
-    c.expect(b"gat\r\n", b"ERROR\r\n");
+    // 1.6.45: a gat without a key is a bad format (1.6.18: `gat 10` was a bare `END`).
+    c.expect(b"gat 10\r\n", b"CLIENT_ERROR bad command line format\r\n");
+    c.expect(b"gat\r\n", b"CLIENT_ERROR bad command line format\r\n");
     let s = c.stats("stats\r\n");
     assert_eq!((&s["touch_hits"][..], &s["touch_misses"][..]), ("3", "1"));
 }
@@ -213,7 +237,8 @@ fn flush_all_now_later_and_disabled() {
         b"flush_all x\r\n",
         b"CLIENT_ERROR invalid exptime argument\r\n",
     );
-    c.expect(b"flush_all 1 2 3\r\n", b"ERROR\r\n");
+    // 1.6.45 ignores the words after the delay (1.6.18: `ERROR`).
+    c.expect(b"flush_all 0 2 3\r\n", b"OK\r\n");
     let disabled = ServerProcess::tern(&["-F"]);
     let mut d = disabled.connect();
     d.expect(b"flush_all\r\n", b"CLIENT_ERROR flush_all not allowed\r\n");
@@ -225,14 +250,7 @@ fn flush_all_now_later_and_disabled() {
 fn bad_command_lines() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();
-    for bad in [
-        "bogus",
-        "GET a",
-        "get",
-        "gets",
-        "set k 0 0",
-        "set k 0 0 1 2 3",
-    ] {
+    for bad in ["bogus", "GET a"] {
         c.expect(format!("{bad}\r\n").as_bytes(), b"ERROR\r\n");
     }
     let format = b"CLIENT_ERROR bad command line format\r\n";
@@ -240,15 +258,31 @@ fn bad_command_lines() {
     for short in ["x", ""] {
         c.expect(format!("{short}\r\n").as_bytes(), format);
     }
+    // memcached 1.6.45's transcript: a command with too few tokens is a bad format (1.6.18:
+    // `ERROR`), tokens past those it reads are ignored.
+    for short in [
+        "get",
+        "gets",
+        "set k 0 0",
+        "add",
+        "replace k",
+        "append k 0",
+        "prepend",
+    ] {
+        c.expect(format!("{short}\r\n").as_bytes(), format);
+    }
+    c.expect(b"set extra 0 0 1 2 3\r\nx\r\n", b"STORED\r\n");
     // Without a valid length the data line is read as a command, as in memcached.
-    c.expect(b"set k x 0 1\r\n", format);
-    c.expect(b"set k -1 0 1\r\n", format);
-    c.expect(b"set k 0 x 1\r\n", format);
     c.expect(b"set k 0 0 -1\r\n", format);
     c.expect(b"set k 0 0 1x\r\n", format);
-    c.expect(b"set k 0 2147483648 1\r\n", format);
+    // 1.6.45: once the length is read, a refused line's data block is swallowed (1.6.18 read
+    // it as a command).
+    c.expect(b"set k x 0 1\r\nx\r\n", format);
+    c.expect(b"set k -1 0 1\r\nx\r\n", format);
+    c.expect(b"set k 0 x 1\r\nx\r\n", format);
+    c.expect(b"set k 0 2147483648 1\r\nx\r\n", format);
     let long_key = "k".repeat(251);
-    c.expect(format!("set {long_key} 0 0 1\r\n").as_bytes(), format);
+    c.expect(format!("set {long_key} 0 0 1\r\nx\r\n").as_bytes(), format);
     c.expect(format!("get {long_key}\r\n").as_bytes(), format);
     c.expect(format!("get a {long_key} b\r\n").as_bytes(), format);
     c.expect(format!("incr {long_key} 1\r\n").as_bytes(), format);
@@ -261,8 +295,8 @@ fn bad_command_lines() {
     );
     // noreply silences the errors of the command that asked for it.
     c.expect(
-        b"set k x 0 1 noreply\r\nversion\r\n",
-        b"VERSION 1.6.18-tern-0.1.0\r\n",
+        b"set k x 0 1 noreply\r\nx\r\nversion\r\n",
+        b"VERSION 1.6.45-tern-0.1.0\r\n",
     );
     // A data block that does not end in \r\n; what follows is read as a line, here one of
     // under 4 bytes, which memcached 1.6.45 answers with a bad format (1.6.18: ERROR).
@@ -373,13 +407,18 @@ fn out_of_memory_with_evictions_off() {
 fn version_verbosity_quit() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();
-    c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     c.expect(b"verbosity 1\r\nverbosity 1 noreply\r\n", b"OK\r\n");
     c.expect(
         b"verbosity x\r\n",
         b"CLIENT_ERROR bad command line format\r\n",
     );
-    c.expect(b"verbosity\r\n", b"ERROR\r\n");
+    // 1.6.45: a missing level is a bad format (1.6.18: `ERROR`); words after it are ignored.
+    c.expect(
+        b"verbosity\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.expect(b"verbosity 1 2 3\r\n", b"OK\r\n");
     c.expect(b"set k 0 0 1\r\nx\r\nquit\r\nget k\r\n", b"STORED\r\n");
     assert!(c.is_closed_by_server());
 }
@@ -388,8 +427,16 @@ fn version_verbosity_quit() {
 fn shutdown_only_when_enabled() {
     let server = ServerProcess::tern(&[]);
     let mut c = server.connect();
-    c.expect(b"shutdown\r\n", b"ERROR: shutdown not enabled\r\n");
-    c.expect(b"shutdown graceful\r\n", b"ERROR: shutdown not enabled\r\n");
+    // memcached 1.6.45's reply (1.6.18: `ERROR: shutdown not enabled`); `noreply` silences it.
+    c.expect(b"shutdown\r\n", b"SERVER_ERROR: shutdown not enabled\r\n");
+    c.expect(
+        b"shutdown graceful\r\n",
+        b"SERVER_ERROR: shutdown not enabled\r\n",
+    );
+    c.expect(
+        b"shutdown noreply\r\nversion\r\n",
+        tern_server::VERSION_REPLY.as_bytes(),
+    );
     let mut enabled = ServerProcess::tern(&["-A"]);
     let mut c = enabled.connect();
     c.expect(
@@ -436,7 +483,7 @@ fn stats_count_what_happened() {
         ("threads", "2"),
         ("limit_maxbytes", "67108864"),
         ("pointer_size", "64"),
-        ("version", env!("CARGO_PKG_VERSION")),
+        ("version", tern_server::VERSION),
     ];
     for (name, value) in want {
         assert_eq!(s.get(name).map(String::as_str), Some(value), "stat {name}");
@@ -502,7 +549,7 @@ fn connections_beyond_the_limit_are_refused() {
     // The test kit's start-up probe may still be counted for a moment.
     let before = wait_for_connections(&mut a, "1");
     let mut b = server.connect();
-    b.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    b.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     let mut third = server.connect();
     third.expect(b"", b"ERROR Too many open connections\r\n");
     assert!(third.is_closed_by_server());
@@ -512,5 +559,38 @@ fn connections_beyond_the_limit_are_refused() {
     let rejected = |s: &HashMap<String, String>| s["rejected_connections"].parse::<u64>().unwrap();
     assert_eq!(rejected(&after) - rejected(&before), 1);
     let mut again = server.connect();
-    again.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    again.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
+}
+
+#[test]
+fn noreply_and_leading_spaces_as_memcached_1_6_45() {
+    // memcached 1.6.45's transcripts (its request parser, `proto_parser.c`): `noreply`, the
+    // last token read, silences any reply of the line, an unknown command's `ERROR` and an
+    // admin command's answer included (1.6.18 answered `ERROR` to each of these); after a
+    // leading space only the commands it looks up by their first token are known.
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    let version = tern_server::VERSION_REPLY.as_bytes();
+    for silent in [
+        "bogus noreply",
+        "shutdown noreply",
+        "slabs x noreply",
+        "lru_crawler enable noreply",
+        "flush_all 0 0 0 noreply",
+        "cache_memlimit 100 noreply",
+        "delete noreply",
+        " bogus noreply",
+    ] {
+        c.expect(format!("{silent}\r\nversion\r\n").as_bytes(), version);
+    }
+    c.expect(b"cache_memlimit 64 2\r\n", b"OK\r\n");
+    c.expect(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    c.expect(b" get k\r\n", b"ERROR\r\n");
+    c.expect(b" delete k\r\n", b"ERROR\r\n");
+    c.expect(b" verbosity 1\r\n", b"OK\r\n");
+    c.expect(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    // 23 tokens are read: a `noreply` past them is not seen.
+    let tokens = |n: usize| format!("delete k{} noreply\r\n", " x".repeat(n));
+    c.expect(tokens(21).as_bytes(), b"DELETED\r\n");
+    c.expect(format!("{}version\r\n", tokens(20)).as_bytes(), version);
 }

@@ -289,6 +289,12 @@ fn value(rng: &mut Rng) -> Vec<u8> {
     }
 }
 
+/// What the stream sends instead of a request whose reply changed after Debian's 1.6.18 (the
+/// tests below hold those against 1.6.45's transcript): a line both answer alike that, like
+/// the request in 1.6.18, changes nothing, so the stream's draws and the items it leaves are
+/// those it always had.
+const CHANGED_AFTER_1_6_18: &[u8] = b"bogus\r\n";
+
 /// One random request, rendered for a peer (a cas command uses that peer's own unique).
 fn request(rng: &mut Rng, cas_of: &dyn Fn(&str) -> Option<u64>, stale: bool) -> Vec<u8> {
     let key = *rng.pick(KEYS);
@@ -317,6 +323,11 @@ fn request(rng: &mut Rng, cas_of: &dyn Fn(&str) -> Option<u64>, stale: bool) -> 
             );
             req.extend_from_slice(&v);
             req.extend_from_slice(b"\r\n");
+            if flags == "-1" || exptime == "x" {
+                // Refused for its flags or exptime: 1.6.18 reads the data block as a command,
+                // 1.6.45 swallows it (`replies_that_changed_after_1_6_18`).
+                return CHANGED_AFTER_1_6_18.to_vec();
+            }
         }
         6..=9 => {
             let cmd = *rng.pick(&["get", "gets", "gat 100", "gats 0", "gat -1"]);
@@ -331,6 +342,11 @@ fn request(rng: &mut Rng, cas_of: &dyn Fn(&str) -> Option<u64>, stale: bool) -> 
         }
         12 => {
             let hold = *rng.pick(&["", " 0", " 5"]);
+            if hold == " 5" {
+                // 1.6.18 refuses the hold time, 1.6.40 and later ignore it
+                // (`delete_ignores_all_but_a_final_noreply`).
+                return CHANGED_AFTER_1_6_18.to_vec();
+            }
             req.extend_from_slice(format!("delete {key}{hold}{noreply}\r\n").as_bytes());
         }
         13 => req.extend_from_slice(format!("touch {key} {exptime}{noreply}\r\n").as_bytes()),
@@ -357,6 +373,18 @@ fn request(rng: &mut Rng, cas_of: &dyn Fn(&str) -> Option<u64>, stale: bool) -> 
                 "set a 0 0 1 2 3 4 5",
                 "cas a 0 0 1",
             ]);
+            let unchanged = [
+                "bogus",
+                "GET a",
+                "gets  a   b ",
+                "version",
+                "stats nonsense",
+            ];
+            if !unchanged.contains(&junk) {
+                // Since 1.6.45 too few tokens is a bad format and extra ones are ignored
+                // (`replies_that_changed_after_1_6_18`).
+                return CHANGED_AFTER_1_6_18.to_vec();
+            }
             req.extend_from_slice(format!("{junk}\r\n").as_bytes());
         }
         16 => {
@@ -508,5 +536,51 @@ fn stored_numbers_are_read_as_memcached_reads_them() {
             let got = pair.ours.exchange(request);
             assert_eq!(got, want, "{:?}", String::from_utf8_lossy(request));
         }
+    }
+}
+
+/// Lines the random stream sent once and whose replies changed after Debian's 1.6.18: the
+/// replies are memcached 1.6.45's, as its transcript shows them (sent with nc to
+/// /tmp/memcached-src/memcached, 1.6.45). 1.6.45's request parser answers a command with too few
+/// tokens `CLIENT_ERROR bad command line format` (1.6.18: `ERROR`), ignores tokens past those a
+/// command reads (1.6.18: `ERROR`), and swallows the data block of a storage line refused after
+/// its length was read.
+#[test]
+fn replies_that_changed_after_1_6_18() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    let format = "CLIENT_ERROR bad command line format\r\n";
+    for (request, reply) in [
+        ("get\r\n", format),
+        ("set a 0 0\r\n", format),
+        ("incr a\r\n", format),
+        ("touch a\r\n", format),
+        ("cas a 0 0 1\r\nx\r\n", format),
+        ("set a 0 0 1 2 3 4 5\r\nx\r\n", "STORED\r\n"),
+        ("delete a 0 0 0\r\n", "DELETED\r\n"),
+        ("flush_all 0 0 0\r\n", "OK\r\n"),
+        ("set a -1 0 1\r\nx\r\n", format),
+        ("set a 0 x 1\r\nx\r\n", format),
+    ] {
+        c.expect(request.as_bytes(), reply.as_bytes());
+    }
+}
+
+/// Since 1.6.40 a `delete` ignores everything after its key but a final `noreply` (1.6.18 refused
+/// a hold time other than 0 and any other word); memcached 1.6.45's transcript. Its own proxy
+/// sends backends `delete KEY noreplY`.
+#[test]
+fn delete_ignores_all_but_a_final_noreply() {
+    let server = ServerProcess::tern(&[]);
+    let mut c = server.connect();
+    for (delete, reply) in [
+        ("delete a 5", "DELETED\r\n"),
+        ("delete a noreplY", "DELETED\r\n"),
+        ("delete a x y noreply", ""),
+    ] {
+        c.expect(
+            format!("set a 0 0 1\r\nx\r\n{delete}\r\nget a\r\n").as_bytes(),
+            format!("STORED\r\n{reply}END\r\n").as_bytes(),
+        );
     }
 }

@@ -315,7 +315,7 @@ fn dash_u_drops_root_privileges() {
         assert_eq!(theirs, ours);
     }
     let mut c = server.connect();
-    c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
 }
 
 /// True when a server on `port` answers `version` (false while it is not serving yet).
@@ -380,9 +380,40 @@ fn the_verbosity_command_raises_the_log_level() {
     let mut c = server.connect();
     c.expect(b"verbosity 2\r\n", b"OK\r\n");
     let mut other = server.connect();
-    other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    other.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     c.expect(b"verbosity 0\r\n", b"OK\r\n");
     let (_, _, log) = stop_and_collect(server);
     // Debug lines appear only while verbosity was 2: one for the second connection.
     assert_eq!(log.matches("new connection").count(), 1, "{log}");
+}
+
+#[test]
+fn one_version_everywhere() {
+    // The memcached release tern follows, then tern's own version, wherever a version is
+    // reported: clients read it from `version` or from `stats` (PHP's memcached extension uses
+    // both) and parse its major and minor numbers (Node's `memcached`).
+    let version = "1.6.45-tern-0.1.0";
+    assert_eq!(tern_server::VERSION, version);
+    assert!(version.starts_with(tern_server::MEMCACHED_RELEASE));
+    // `memcached -V` prints `memcached 1.6.45`.
+    let out = serve(&["-V"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("tern {version}\n")
+    );
+    let admin = free_port();
+    let server = ServerProcess::tern(&["--admin-port", &admin.to_string()]);
+    let mut c = server.connect();
+    c.expect(b"version\r\n", format!("VERSION {version}\r\n").as_bytes());
+    assert_eq!(c.stats("stats\r\n")["version"], version);
+    // A connection's first byte picks its protocol: the binary version on a fresh one.
+    let mut b = server.connect();
+    b.send(&tern_testkit::binary::frame(0x0b, &[], b"", b"", 0));
+    let reply = tern_testkit::binary::Reply::read(&mut b.stream).unwrap();
+    assert_eq!(reply.value, version.as_bytes());
+    let (status, _, body) = tern_testkit::http_get(("127.0.0.1", admin), "/version");
+    assert_eq!(
+        (status, body.as_str()),
+        (200, format!("{version}\n").as_str())
+    );
 }

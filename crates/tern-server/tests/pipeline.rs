@@ -13,7 +13,7 @@ incr n 1\r\nset n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 3 noreply\r\nget a n zz\r\nt
 bogus line\r\ndelete a\r\nset b 0 0 0\r\n\r\nget b\r\nversion\r\n";
 const REPLIES: &[u8] = b"STORED\r\nVALUE a 1 3\r\nabc\r\nEND\r\nSTORED\r\nNOT_STORED\r\n\
 NOT_FOUND\r\nSTORED\r\n15\r\nVALUE a 1 5\r\nabcde\r\nVALUE n 0 2\r\n12\r\nEND\r\nTOUCHED\r\n\
-ERROR\r\nDELETED\r\nSTORED\r\nVALUE b 0 0\r\n\r\nEND\r\nVERSION 1.6.18-tern-0.1.0\r\n";
+ERROR\r\nDELETED\r\nSTORED\r\nVALUE b 0 0\r\n\r\nEND\r\nVERSION 1.6.45-tern-0.1.0\r\n";
 
 #[test]
 fn the_whole_stream_in_one_write() {
@@ -112,7 +112,7 @@ fn a_client_that_does_not_read_is_not_buffered_without_bound() {
     );
     // Another client is served meanwhile.
     let mut other = server.connect();
-    other.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    other.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     // Reading resumes the slow client: replies arrive, intact, in order.
     c.stream.set_nonblocking(false).unwrap();
     let mut buf = vec![0u8; 20 + value.len() + 2];
@@ -201,7 +201,7 @@ fn garbage_gets_answers_never_a_crash_or_a_hang() {
     }
     // The server still answers, on a fresh connection.
     let mut c = server.connect();
-    c.expect(b"version\r\n", b"VERSION 1.6.18-tern-0.1.0\r\n");
+    c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
 }
 
 #[test]
@@ -294,14 +294,27 @@ fn one_key_gets_read_ahead_answer_as_memcached_among_every_other_line() {
     let end = b"DONE\r\nEND\r\n";
     let memcached = ServerProcess::memcached(&["-t", "1"]);
     let want = memcached.connect().request(&stream, end);
+    // The traps' keyless gets (`get`, `get `, `gets`) are the stream's only `ERROR`s from
+    // Debian's 1.6.18; memcached 1.6.45, which tern follows, answers them `CLIENT_ERROR bad
+    // command line format` (its transcript).
+    let want = String::from_utf8_lossy(&want).into_owned();
+    let lines: Vec<&str> = want.split_inclusive("\r\n").collect();
+    assert_eq!(
+        lines.iter().filter(|&&l| l == "ERROR\r\n").count(),
+        9,
+        "{want}"
+    );
+    let want: String = lines
+        .into_iter()
+        .map(|l| match l {
+            "ERROR\r\n" => "CLIENT_ERROR bad command line format\r\n",
+            l => l,
+        })
+        .collect();
     // -R 1 and 3 make the serve loop yield inside a look-ahead's window, at every offset.
     for dash_r in ["1", "3", "20"] {
         let tern = ServerProcess::tern(&["-t", "1", "-R", dash_r]);
         let got = tern.connect().request(&stream, end);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&want),
-            "-R {dash_r}"
-        );
+        assert_eq!(String::from_utf8_lossy(&got), want, "-R {dash_r}");
     }
 }

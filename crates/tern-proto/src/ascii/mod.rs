@@ -1,11 +1,12 @@
 //! The classic ASCII (text) protocol, server side: split request lines into commands and encode
 //! replies. No I/O and no allocation: commands borrow the caller's read buffer.
 //!
-//! The rules follow memcached 1.6's `proto_text.c` (Debian's 1.6.18 is the reference peer): tokens
+//! The rules follow memcached 1.6.45's request parser (`proto_parser.c`, `proto_text.c`): tokens
 //! are separated by single spaces (runs of spaces collapse, tabs belong to tokens), a line ends at
-//! `\n` with an optional `\r` before it, at most 24 tokens are looked at except for the keys of a
-//! get, and each command checks its token count before anything else (`ERROR`), then `noreply`,
-//! then its arguments (`CLIENT_ERROR ...`, silenced by `noreply` like every reply of that command).
+//! `\n` with an optional `\r` before it, at most 23 tokens are looked at except for the keys of a
+//! get. A classic command with fewer tokens than it needs is `CLIENT_ERROR bad command line
+//! format`; tokens past those it reads are ignored; `noreply` is the last token read, and
+//! silences every reply of the command, errors included (an unknown command's `ERROR` too).
 
 use crate::KEY_MAX_LENGTH;
 
@@ -14,7 +15,7 @@ mod number;
 pub(crate) mod scan;
 
 pub use encode::{encode_number, encode_only_value, encode_stat, encode_value};
-pub use number::{parse_i32, parse_u32, parse_u64};
+pub use number::{parse_i32, parse_u32, parse_u64, token_i32, token_u32, token_u64};
 use scan::{bytes_below, first_below, memchr, newline_or_nul, search_head, ONES};
 
 /// memcached closes a connection whose pending line has no `\n` after this many bytes, unless the
@@ -84,16 +85,18 @@ pub enum Command<'a> {
         args: Keys<'a>,
     },
     /// memcached's admin and debug commands whose arguments the server reads (`args`: the words
-    /// after the command).
+    /// after the command, a final `noreply` included).
     Admin {
         command: AdminCommand,
         args: Keys<'a>,
+        noreply: bool,
     },
     Quit,
     /// `shutdown [graceful]`; the mode is checked only when shutdown is enabled (`-A`), as in
     /// memcached.
     Shutdown {
         mode: ShutdownMode,
+        noreply: bool,
     },
     /// A meta command (`mg ms md ma me mn`): the whole line, for [`crate::meta::parse`]. An `ms`
     /// line is followed by a data block, as a storage command is.
@@ -105,7 +108,8 @@ pub enum Command<'a> {
 /// An admin or debug command of memcached 1.6 (see [`Command::Admin`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdminCommand {
-    /// `watch [fetchers|mutations|evictions|connevents|...]`
+    /// `watch [fetchers|mutations|evictions|connevents|...]` (the only one `noreply` does not
+    /// silence).
     Watch,
     /// `lru_crawler crawl|metadump|enable|disable|sleep|tocrawl ...`
     LruCrawler,
@@ -136,6 +140,9 @@ pub struct Rejection {
     /// memcached closes the connection at once, without a reply and dropping replies not yet
     /// sent, so a browser or a web client tricked into connecting cannot talk to the cache.
     pub hang_up: bool,
+    /// Bytes after the line to skip: a storage command refused after its length was read has
+    /// its data block (and `\r\n`) swallowed, as memcached 1.6.45 does; 0 otherwise.
+    pub swallow: usize,
 }
 
 pub const ERROR: &[u8] = b"ERROR\r\n";
@@ -143,14 +150,12 @@ pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 pub const BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 pub const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
 pub const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
-pub const BAD_DELETE: &[u8] =
-    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
 pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
 pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 pub const OUT_OF_MEMORY_STORING: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
 pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory\r\n";
 pub const FLUSH_DISABLED: &[u8] = b"CLIENT_ERROR flush_all not allowed\r\n";
-pub const SHUTDOWN_DISABLED: &[u8] = b"ERROR: shutdown not enabled\r\n";
+pub const SHUTDOWN_DISABLED: &[u8] = b"SERVER_ERROR: shutdown not enabled\r\n";
 pub const BAD_SHUTDOWN: &[u8] = b"CLIENT_ERROR invalid shutdown mode\r\n";
 pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 pub const STORED: &[u8] = b"STORED\r\n";
@@ -398,7 +403,7 @@ impl<'a> Tokens<'a> {
         self.tokens[i]
     }
 
-    /// memcached's `set_noreply_maybe`: the last real token is `noreply`.
+    /// 1.6.45's `_process_request_noreply`: the last token read is `noreply`.
     fn noreply(&self) -> bool {
         self.count >= 2 && self.tokens[self.count - 2] == b"noreply"
     }
@@ -412,6 +417,7 @@ impl<'a> Tokens<'a> {
                 reply: BAD_FORMAT,
                 noreply,
                 hang_up: false,
+                swallow: 0,
             });
         }
         Ok(key)
@@ -423,6 +429,7 @@ fn reject(reply: &'static [u8], noreply: bool) -> Result<Command<'static>, Rejec
         reply,
         noreply,
         hang_up: false,
+        swallow: 0,
     })
 }
 
@@ -500,7 +507,8 @@ fn plain_set(rest: &[u8]) -> Option<Command<'_>> {
     })
 }
 
-/// get/gets: the keys are the rest of the line from its first key on; no key is `ERROR`.
+/// get/gets: the keys are the rest of the line from its first key on; no key is a bad command
+/// line.
 #[inline]
 fn plain_get(rest: &[u8], with_cas: bool) -> Result<Command<'_>, Rejection> {
     match rest.iter().position(|&b| b != b' ') {
@@ -509,7 +517,7 @@ fn plain_get(rest: &[u8], with_cas: bool) -> Result<Command<'_>, Rejection> {
             with_cas,
             touch: None,
         }),
-        None => reject(ERROR, false),
+        None => reject(BAD_FORMAT, false),
     }
 }
 
@@ -523,87 +531,101 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
     if n < 2 || cmd.len() < 2 {
         return reject(ERROR, false);
     }
-    let want = |ok: bool| {
-        if ok {
+    // 1.6.45 names the command by the bytes before the line's first space, so after a leading
+    // space only the commands it looks up by their first token (its `text_cmd_entries`) are
+    // known.
+    let cmd = if line[0] == b' ' && !is_looked_up_by_token(cmd) {
+        &b""[..]
+    } else {
+        cmd
+    };
+    // The real tokens (memcached's `ntokens`): fewer than a command needs is a bad format, its
+    // `noreply` unread.
+    let tokens = n - 1;
+    let need = |min: usize| {
+        if tokens >= min {
             Ok(())
         } else {
-            reject(ERROR, false).map(|_| ())
+            reject(BAD_FORMAT, false).map(|_| ())
         }
     };
     match cmd {
         b"get" | b"gets" | b"gat" | b"gats" => {
-            want(n >= 3)?;
             let with_cas = cmd.len() == 4;
             let start = |token: &[u8]| token.as_ptr() as usize - line.as_ptr() as usize;
             if cmd.starts_with(b"gat") {
-                let Some(exptime) = parse_i32(t.get(1)) else {
+                need(3)?;
+                let Some(exptime) = token_i32(t.get(1)) else {
                     return reject(BAD_EXPTIME, false);
                 };
-                // `gat 10` has no keys: memcached answers a bare `END`.
-                let keys = if n < 4 {
-                    Keys::new(&[])
-                } else {
-                    Keys::new(&line[start(t.get(2))..])
-                };
                 Ok(Command::Get {
-                    keys,
+                    keys: Keys::new(&line[start(t.get(2))..]),
                     with_cas,
                     touch: Some(exptime),
                 })
             } else {
-                let keys = Keys::new(&line[start(t.get(1))..]);
+                need(2)?;
                 Ok(Command::Get {
-                    keys,
+                    keys: Keys::new(&line[start(t.get(1))..]),
                     with_cas,
                     touch: None,
                 })
             }
         }
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-            let (kind, base) = match cmd {
-                b"set" => (StoreKind::Set, 6),
-                b"add" => (StoreKind::Add, 6),
-                b"replace" => (StoreKind::Replace, 6),
-                b"append" => (StoreKind::Append, 6),
-                b"prepend" => (StoreKind::Prepend, 6),
-                _ => (StoreKind::Cas, 7),
+            let kind = match cmd {
+                b"set" => StoreKind::Set,
+                b"add" => StoreKind::Add,
+                b"replace" => StoreKind::Replace,
+                b"append" => StoreKind::Append,
+                b"prepend" => StoreKind::Prepend,
+                _ => StoreKind::Cas,
             };
-            want(n == base || n == base + 1)?;
+            need(5)?;
+            // The length first, to know what to skip; until it is read nothing is skipped and
+            // `noreply` is not looked at.
+            let bytes = match token_i32(t.get(4)) {
+                Some(bytes) if (0..=i32::MAX as i64 - 2).contains(&bytes) => bytes as usize,
+                _ => return reject(BAD_FORMAT, false),
+            };
             let noreply = t.noreply();
-            let key = t.key(noreply)?;
-            let (Some(flags), Some(exptime), Some(bytes)) = (
-                parse_u32(t.get(2)),
-                parse_i32(t.get(3)),
-                parse_i32(t.get(4)),
-            ) else {
-                return reject(BAD_FORMAT, noreply);
+            let refuse = || {
+                Err(Rejection {
+                    reply: BAD_FORMAT,
+                    noreply,
+                    hang_up: false,
+                    swallow: bytes + 2,
+                })
             };
-            let cas_unique = if kind == StoreKind::Cas {
-                match parse_u64(t.get(5)) {
-                    Some(unique) => unique,
-                    None => return reject(BAD_FORMAT, noreply),
-                }
-            } else {
-                0
-            };
-            if bytes < 0 || bytes > i32::MAX as i64 - 2 {
-                return reject(BAD_FORMAT, noreply);
+            if t.get(1).len() > KEY_MAX_LENGTH {
+                return refuse();
             }
+            let (Some(flags), Some(exptime)) = (parse_u32(t.get(2)), parse_i32(t.get(3))) else {
+                return refuse();
+            };
+            let cas_unique = match kind {
+                // A missing unique (`cas k 0 0 1`) is an empty token.
+                StoreKind::Cas => match token_u64(t.get(5)).filter(|_| tokens >= 6) {
+                    Some(unique) => unique,
+                    None => return refuse(),
+                },
+                _ => 0,
+            };
             Ok(Command::Store {
                 kind,
-                key,
+                key: t.get(1),
                 flags,
                 exptime,
-                bytes: bytes as usize,
+                bytes,
                 cas_unique,
                 noreply,
             })
         }
         b"incr" | b"decr" => {
-            want(n == 4 || n == 5)?;
+            need(3)?;
             let noreply = t.noreply();
             let key = t.key(noreply)?;
-            let Some(delta) = parse_u64(t.get(2)) else {
+            let Some(delta) = token_u64(t.get(2)) else {
                 return reject(BAD_DELTA, noreply);
             };
             Ok(Command::Arith {
@@ -614,25 +636,18 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
             })
         }
         b"delete" => {
-            want((3..=5).contains(&n))?;
-            let mut noreply = false;
-            if n > 3 {
-                let hold_is_zero = t.get(2) == b"0";
-                noreply = t.noreply();
-                let valid =
-                    (n == 4 && (hold_is_zero || noreply)) || (n == 5 && hold_is_zero && noreply);
-                if !valid {
-                    return reject(BAD_DELETE, noreply);
-                }
-            }
+            // Since 1.6.40 whatever follows the key is ignored but a final `noreply` (the old
+            // hold time `0` included).
+            need(2)?;
+            let noreply = t.noreply();
             let key = t.key(noreply)?;
             Ok(Command::Delete { key, noreply })
         }
         b"touch" => {
-            want(n == 4 || n == 5)?;
+            need(3)?;
             let noreply = t.noreply();
             let key = t.key(noreply)?;
-            let Some(exptime) = parse_i32(t.get(2)) else {
+            let Some(exptime) = token_i32(t.get(2)) else {
                 return reject(BAD_EXPTIME, noreply);
             };
             Ok(Command::Touch {
@@ -642,11 +657,10 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
             })
         }
         b"flush_all" => {
-            want((2..=4).contains(&n))?;
             let noreply = t.noreply();
             let mut delay = 0;
-            if n != if noreply { 3 } else { 2 } {
-                match parse_i32(t.get(1)) {
+            if tokens != if noreply { 2 } else { 1 } {
+                match token_i32(t.get(1)) {
                     Some(d) => delay = d,
                     None => return reject(BAD_EXPTIME, noreply),
                 }
@@ -656,9 +670,8 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
         b"version" => Ok(Command::Version),
         b"quit" => Ok(Command::Quit),
         b"verbosity" => {
-            want(n == 3 || n == 4)?;
             let noreply = t.noreply();
-            match parse_u32(t.get(1)) {
+            match token_u32(t.get(1)).filter(|_| tokens >= 2) {
                 Some(level) => Ok(Command::Verbosity { level, noreply }),
                 None => reject(BAD_FORMAT, noreply),
             }
@@ -682,23 +695,42 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
             Ok(Command::Admin {
                 command,
                 args: Keys::new(&line[start..]),
+                noreply: command != AdminCommand::Watch && t.noreply(),
             })
         }
         b"shutdown" => Ok(Command::Shutdown {
-            mode: match n {
-                2 => ShutdownMode::Now,
-                3 if t.get(1) == b"graceful" => ShutdownMode::Graceful,
+            mode: match tokens {
+                1 => ShutdownMode::Now,
+                // memcached compares only the token's own length: `shutdown g` is graceful.
+                2 if b"graceful".starts_with(t.get(1)) => ShutdownMode::Graceful,
                 _ => ShutdownMode::Invalid,
             },
+            noreply: t.noreply(),
         }),
         b"mg" | b"ms" | b"md" | b"ma" | b"me" | b"mn" => Ok(Command::Meta { line }),
         _ if t.get(n - 2).starts_with(b"HTTP/") => Err(Rejection {
             reply: b"",
             noreply: false,
             hang_up: true,
+            swallow: 0,
         }),
-        _ => reject(ERROR, false),
+        _ => reject(ERROR, t.noreply()),
     }
+}
+
+/// The commands 1.6.45 finds by the line's first token rather than by its first bytes.
+fn is_looked_up_by_token(cmd: &[u8]) -> bool {
+    matches!(
+        cmd,
+        b"shutdown"
+            | b"slabs"
+            | b"cache_memlimit"
+            | b"flush_all"
+            | b"lru_crawler"
+            | b"verbosity"
+            | b"lru"
+            | b"refresh_certs"
+    )
 }
 
 /// The data block of a storage command: `bytes` of value then `\r\n`, at the front of `buf`.
@@ -778,12 +810,12 @@ mod tests {
         assert_eq!(keys(k), [&b"x"[..], b"y"]);
         assert!(with_cas);
         assert_eq!(touch, Some(100));
-        assert_eq!(rejected("get"), ERROR);
-        let Ok(Command::Get { keys: k, .. }) = line("gat 10") else {
-            panic!()
-        };
-        assert!(k.is_empty());
+        // 1.6.45: a get without a key is a bad command line (1.6.18: `ERROR`).
+        for keyless in ["get", "gets", "get  ", "gat", "gats 10"] {
+            assert_eq!(rejected(keyless), BAD_FORMAT, "{keyless}");
+        }
         assert_eq!(rejected("gat x k"), BAD_EXPTIME);
+        assert_eq!(rejected("gat +1 k"), BAD_EXPTIME);
         let many: String = (0..100).map(|i| format!(" k{i}")).collect();
         let long_get = format!("get{many}");
         let Ok(Command::Get { keys: k, .. }) = parse_line(long_get.as_bytes()) else {
@@ -819,13 +851,32 @@ mod tests {
         for cmd in ["add", "replace", "append", "prepend"] {
             assert!(line(&format!("{cmd} k 0 0 1")).is_ok(), "{cmd}");
         }
-        assert_eq!(rejected("set k 0 0"), ERROR);
-        assert_eq!(rejected("cas k 0 0 1"), ERROR);
-        assert_eq!(rejected("set k 0 0 1 2 3"), ERROR);
-        assert_eq!(rejected("set k x 0 1"), BAD_FORMAT);
-        assert_eq!(rejected("set k -1 0 1"), BAD_FORMAT);
-        assert_eq!(rejected("set k 0 0 -1"), BAD_FORMAT);
-        assert_eq!(rejected("cas k 0 0 1 x"), BAD_FORMAT);
+        // 1.6.45: too few tokens, or a length that does not parse, is a bad command line with
+        // nothing skipped; a refusal after the length was read skips the data block.
+        let refused = |s: &str| {
+            let r = line(s).expect_err(s);
+            (r.reply, r.noreply, r.swallow)
+        };
+        for short in ["cas", "cas k", "set", "set k 0 0", "add k 0 0", "prepend"] {
+            assert_eq!(refused(short), (BAD_FORMAT, false, 0), "{short}");
+        }
+        assert_eq!(refused("set k 0 0 -1"), (BAD_FORMAT, false, 0));
+        assert_eq!(refused("set k 0 0 +1 noreply"), (BAD_FORMAT, false, 0));
+        assert_eq!(refused("cas k 0 0 1"), (BAD_FORMAT, false, 3));
+        assert_eq!(refused("cas k 0 0 1 noreply"), (BAD_FORMAT, true, 3));
+        assert_eq!(refused("cas k 0 0 1 x"), (BAD_FORMAT, false, 3));
+        assert_eq!(refused("set k x 0 1"), (BAD_FORMAT, false, 3));
+        assert_eq!(refused("set k -1 0 1"), (BAD_FORMAT, false, 3));
+        assert_eq!(refused("set k 0 x 10 noreply"), (BAD_FORMAT, true, 12));
+        // Tokens past the ones read are ignored; `noreply` is the last.
+        let Ok(Command::Store { bytes, noreply, .. }) = line("set k 0 0 1 2 noreply") else {
+            panic!()
+        };
+        assert_eq!((bytes, noreply), (1, true));
+        let Ok(Command::Store { cas_unique, .. }) = line("cas k 0 0 1 7 8") else {
+            panic!()
+        };
+        assert_eq!(cas_unique, 7);
         assert_eq!(
             rejected(&format!("set {} 0 0 1", "k".repeat(251))),
             BAD_FORMAT
@@ -847,8 +898,6 @@ mod tests {
             panic!()
         };
         assert!(!noreply);
-        let err = line("set k x 0 1 noreply").unwrap_err();
-        assert!(err.noreply);
         let Ok(Command::Store { exptime, .. }) = line("set k 0 -1 1") else {
             panic!()
         };
@@ -868,16 +917,32 @@ mod tests {
                 noreply: false
             })
         );
-        assert!(line("delete k 0").is_ok());
-        assert_eq!(
-            line("delete k 0 noreply"),
-            Ok(Command::Delete {
-                key: b"k",
-                noreply: true
-            })
-        );
-        assert_eq!(rejected("delete k 1"), BAD_DELETE);
-        assert_eq!(rejected("delete"), ERROR);
+        // Since 1.6.40 only a final `noreply` counts after the key.
+        for (delete, noreply) in [
+            ("delete k 0", false),
+            ("delete k 1", false),
+            ("delete k noreplY", false),
+            ("delete k noreply x", false),
+            ("delete k 0 noreply", true),
+            ("delete k x y noreply", true),
+        ] {
+            assert_eq!(
+                line(delete),
+                Ok(Command::Delete { key: b"k", noreply }),
+                "{delete}"
+            );
+        }
+        assert_eq!(rejected("delete"), BAD_FORMAT);
+        // 23 tokens are read: a `noreply` past them is not seen.
+        let many = |n: usize| format!("delete k{} noreply", " x".repeat(n));
+        assert!(matches!(
+            line(&many(20)),
+            Ok(Command::Delete { noreply: true, .. })
+        ));
+        assert!(matches!(
+            line(&many(21)),
+            Ok(Command::Delete { noreply: false, .. })
+        ));
         assert_eq!(
             line("incr n 18446744073709551615"),
             Ok(Command::Arith {
@@ -890,7 +955,13 @@ mod tests {
         assert_eq!(rejected("decr n x"), BAD_DELTA);
         assert_eq!(rejected("incr n -1"), BAD_DELTA);
         assert_eq!(rejected("incr n 18446744073709551616"), BAD_DELTA);
-        assert_eq!(rejected("incr n"), ERROR);
+        assert_eq!(rejected("incr n +1"), BAD_DELTA);
+        assert_eq!(rejected("incr n"), BAD_FORMAT);
+        assert_eq!(rejected("touch k"), BAD_FORMAT);
+        assert!(matches!(
+            line("incr n 1 2"),
+            Ok(Command::Arith { delta: 1, .. })
+        ));
         assert_eq!(
             line("touch k 10 noreply"),
             Ok(Command::Touch {
@@ -935,7 +1006,19 @@ mod tests {
                 noreply: false
             })
         );
-        assert_eq!(rejected("verbosity"), ERROR);
+        assert_eq!(rejected("verbosity"), BAD_FORMAT);
+        assert!(line("verbosity noreply").unwrap_err().noreply);
+        assert_eq!(
+            line("verbosity 1 2 3"),
+            Ok(Command::Verbosity {
+                level: 1,
+                noreply: false
+            })
+        );
+        assert!(matches!(
+            line("flush_all 1 2 3"),
+            Ok(Command::FlushAll { delay: 1, .. })
+        ));
         let Ok(Command::Stats { args }) = line("stats settings") else {
             panic!()
         };
@@ -947,15 +1030,39 @@ mod tests {
         assert_eq!(
             line("shutdown graceful"),
             Ok(Command::Shutdown {
-                mode: ShutdownMode::Graceful
+                mode: ShutdownMode::Graceful,
+                noreply: false
+            })
+        );
+        assert_eq!(
+            line("shutdown g"),
+            Ok(Command::Shutdown {
+                mode: ShutdownMode::Graceful,
+                noreply: false
             })
         );
         assert_eq!(
             line("shutdown now"),
             Ok(Command::Shutdown {
-                mode: ShutdownMode::Invalid
+                mode: ShutdownMode::Invalid,
+                noreply: false
             })
         );
+        assert_eq!(
+            line("shutdown noreply"),
+            Ok(Command::Shutdown {
+                mode: ShutdownMode::Invalid,
+                noreply: true
+            })
+        );
+        let Ok(Command::Admin { noreply, .. }) = line("lru_crawler enable noreply") else {
+            panic!()
+        };
+        assert!(noreply);
+        let Ok(Command::Admin { noreply, .. }) = line("watch noreply") else {
+            panic!()
+        };
+        assert!(!noreply);
     }
 
     #[test]
@@ -963,6 +1070,13 @@ mod tests {
         for bad in ["", "x", "bogus", "mz k v", "MG k", "GET k", "   "] {
             assert_eq!(rejected(bad), ERROR, "{bad:?}");
         }
+        // 1.6.45: `noreply` silences an unknown command's `ERROR` too.
+        assert!(line("bogus noreply").unwrap_err().noreply);
+        // After a leading space 1.6.45 knows only the commands it looks up by token.
+        for spaced in [" get k", " delete k", "  version", " mn"] {
+            assert_eq!(rejected(spaced), ERROR, "{spaced:?}");
+        }
+        assert!(line(" verbosity 1").is_ok());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! memcached's admin commands for its slab allocator, LRU and crawler, answered as memcached
-//! 1.6.18 answers them (checked side by side) and mapped onto tern's segments, which have one
+//! 1.6.18 answers them (checked side by side; `slabs` as 1.6.45 does) and mapped onto tern's segments, which have one
 //! class (id 1), no LRU and no crawler thread: settings tern has no use for are accepted and
 //! change nothing (docs/serve.md lists them).
 
@@ -32,6 +32,35 @@ const CLASS: &[u8] = b"1";
 
 fn number(word: &[u8]) -> Option<u64> {
     std::str::from_utf8(word).ok()?.parse().ok()
+}
+
+/// `slabs automove SETTING [VALUE]` as 1.6.45's `process_slabs_automove_command` checks it.
+fn automove(setting: &[u8], value: Option<&[u8]>) -> AdminReply {
+    let bad_format = AdminReply::Status("CLIENT_ERROR bad command line format");
+    let ratio = |value: Option<&[u8]>| {
+        value
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .is_some_and(|v| v.trim_end().parse::<f64>().is_ok())
+    };
+    if b"ratio".starts_with(setting) || b"freeratio".starts_with(setting) {
+        return if ratio(value) {
+            AdminReply::Ok
+        } else {
+            AdminReply::Error
+        };
+    }
+    if b"window".starts_with(setting) {
+        return match value.and_then(tern_proto::ascii::token_u32) {
+            None => bad_format,
+            Some(3..=1800) => AdminReply::Ok,
+            Some(_) => AdminReply::Status("CLIENT_ERROR automove window too low or too high"),
+        };
+    }
+    match tern_proto::ascii::token_u32(setting) {
+        None => bad_format,
+        Some(0..=2) => AdminReply::Ok,
+        Some(_) => AdminReply::Error,
+    }
 }
 
 impl Ops<'_> {
@@ -138,10 +167,11 @@ impl Ops<'_> {
     }
 
     /// `cache_memlimit <megabytes>`: the item memory's new limit, down (evicting to it and
-    /// giving the pages back) or up to the heap mapped at start (`-m`).
+    /// giving the pages back) or up to the heap mapped at start (`-m`). Words after the number
+    /// are ignored, as in 1.6.45.
     pub fn cache_memlimit(&self, words: &[&[u8]]) -> AdminReply {
         let reply = match words {
-            [mb] | [mb, b"noreply"] => match number(mb) {
+            [mb, ..] => match tern_proto::ascii::token_u32(mb) {
                 Some(mb) => match self.shared.store.set_memory_limit((mb as usize) << 20) {
                     Ok(()) => AdminReply::Ok,
                     Err(tern_store::MemoryLimitError::TooSmall { min }) => {
@@ -161,17 +191,30 @@ impl Ops<'_> {
         self.admin_reply(reply)
     }
 
-    /// `slabs automove 0|1|2` (accepted: tern moves no pages between classes) and `slabs
-    /// reassign SRC DST` (one class: nothing to move).
+    /// `slabs automove 0|1|2|ratio R|freeratio R|window N` (accepted: tern moves no pages
+    /// between classes) and `slabs reassign SRC DST` (one class: nothing to move), answered as
+    /// memcached 1.6.45 answers them: a subcommand matches any command it starts with (its
+    /// `strncmp` compares the typed word's length), a number that does not parse is a bad
+    /// command line.
     pub fn slabs(&self, words: &[&[u8]]) -> AdminReply {
+        let is = |word: &[u8], name: &[u8]| name.starts_with(word);
         let reply = match words {
-            [b"automove", b"0" | b"1" | b"2"] => AdminReply::Ok,
-            [b"reassign", src, dst] if number(src).is_some() && number(dst).is_some() => {
-                if src == dst {
-                    AdminReply::Status("SAME src and dst class are identical")
-                } else {
-                    AdminReply::Status("NOSPARE source class has no spare pages")
+            [sub, src, dst] if is(sub, b"reassign") => {
+                match (
+                    tern_proto::ascii::token_i32(src),
+                    tern_proto::ascii::token_i32(dst),
+                ) {
+                    (Some(src), Some(dst)) if src == dst => {
+                        AdminReply::Status("SAME src and dst class are identical")
+                    }
+                    (Some(_), Some(_)) => {
+                        AdminReply::Status("NOSPARE source class has no spare pages")
+                    }
+                    _ => AdminReply::Status("CLIENT_ERROR bad command line format"),
                 }
+            }
+            [sub, setting, rest @ ..] if is(sub, b"automove") => {
+                automove(setting, rest.first().copied())
             }
             _ => AdminReply::Error,
         };
@@ -235,6 +278,20 @@ mod tests {
         assert_eq!(ops.lru_crawler(&words("sleep x")), AdminReply::Error);
         assert_eq!(ops.lru_crawler(&[]), AdminReply::Error);
         assert_eq!(ops.slabs(&words("automove 3")), AdminReply::Error);
+        // 1.6.45's answers.
+        let bad_format = AdminReply::Status("CLIENT_ERROR bad command line format");
+        assert_eq!(ops.slabs(&words("automove invalid")), bad_format);
+        assert_eq!(ops.slabs(&words("reassign x 1")), bad_format);
+        assert_eq!(ops.slabs(&words("a 1")), AdminReply::Ok);
+        assert_eq!(ops.slabs(&words("automove r 1.5")), AdminReply::Ok);
+        assert_eq!(ops.slabs(&words("automove ratio x")), AdminReply::Error);
+        assert_eq!(ops.slabs(&words("automove ratio")), AdminReply::Error);
+        assert_eq!(ops.slabs(&words("automove window 10")), AdminReply::Ok);
+        assert_eq!(
+            ops.slabs(&words("automove window 1")),
+            AdminReply::Status("CLIENT_ERROR automove window too low or too high")
+        );
+        assert_eq!(ops.slabs(&words("automove")), AdminReply::Error);
         assert_eq!(
             ops.slabs(&words("reassign 1 1")),
             AdminReply::Status("SAME src and dst class are identical")

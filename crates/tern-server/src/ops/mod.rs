@@ -31,16 +31,7 @@ mod stats;
 pub use admin::AdminReply;
 pub use stats::{StatsError, StatsReply};
 
-/// The memcached protocol level tern speaks, then tern's own version: clients that gate features
-/// on the server's version see a 1.6 server.
-macro_rules! version {
-    () => {
-        concat!("1.6.18-tern-", env!("CARGO_PKG_VERSION"))
-    };
-}
-pub const VERSION: &str = version!();
-/// The text protocol's answer to `version`.
-pub const VERSION_REPLY: &str = concat!("VERSION ", version!(), "\r\n");
+pub use crate::state::{VERSION, VERSION_REPLY};
 
 /// Why an incr/decr changed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

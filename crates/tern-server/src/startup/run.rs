@@ -32,7 +32,9 @@ const SPARE_FILES: u64 = 32;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.version {
-        println!("tern {}", env!("CARGO_PKG_VERSION"));
+        // As `memcached -V` prints `memcached 1.6.45`: the name, then the version `version`
+        // reports.
+        println!("tern {}", crate::state::VERSION);
         return Ok(ExitCode::SUCCESS);
     }
     let mut settings = Settings::from_args(&args)?;
@@ -129,6 +131,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let addr = std::net::SocketAddr::new(settings.listen_addrs()?[0].ip(), port);
             match inherited.as_mut().and_then(|i| i.admin(addr)) {
                 Some(listener) => Some(listener),
+                // std's bind sets SO_REUSEADDR (on Unix), as `net::bind_tcp` does: a restart
+                // binds at once while the previous process's connections close.
                 None => Some(
                     std::net::TcpListener::bind(addr)
                         .with_context(|| format!("--admin-port {port}: cannot listen on {addr}"))?,

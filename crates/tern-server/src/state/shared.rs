@@ -543,7 +543,7 @@ impl Shared {
         let (accepting, listen_disabled_num, time_in_listen_disabled_us) =
             self.listen_pauses.read();
         Snapshot {
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: super::VERSION.to_string(),
             pid: std::process::id(),
             uptime_seconds: u64::from(now.saturating_sub(self.started)),
             time_unix_seconds: u64::from(now),

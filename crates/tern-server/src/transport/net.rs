@@ -91,12 +91,20 @@ impl Listener {
 }
 
 /// Binds `workers` listening sockets on `addr`, all sharing the port through SO_REUSEPORT.
-/// A plain bind first (without listen, so no client can connect to it) makes a port already in
-/// use fail loudly, as it does for memcached, instead of silently sharing it with another
-/// SO_REUSEPORT process.
+/// A bind without SO_REUSEPORT first (without listen, so no client can connect to it) makes a
+/// port another server listens on fail loudly, as it does for memcached, instead of silently
+/// sharing it with another SO_REUSEPORT process. Every socket, the probe too, has SO_REUSEADDR,
+/// as memcached's have: a restart binds at once while the previous process's connections wait
+/// in FIN_WAIT or TIME_WAIT (Linux still refuses it a port something listens on).
 pub fn bind_tcp(addr: SocketAddr, workers: usize, backlog: i32) -> anyhow::Result<Vec<Listener>> {
     Socket::new(Domain::for_address(addr), Type::STREAM, None)
-        .and_then(|probe| probe.bind(&addr.into()))
+        .and_then(|probe| {
+            probe.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                probe.set_only_v6(true)?;
+            }
+            probe.bind(&addr.into())
+        })
         .with_context(|| format!("cannot listen on {addr}"))?;
     join_tcp(addr, workers, backlog)
 }

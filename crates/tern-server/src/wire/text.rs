@@ -69,7 +69,11 @@ pub fn serve(
                 if !rejection.noreply {
                     out.buf().extend_from_slice(rejection.reply);
                 }
-                (Step::Done(0), After::Continue)
+                let step = match rejection.swallow {
+                    0 => Step::Done(0),
+                    block => Step::Swallow(block),
+                };
+                (step, After::Continue)
             }
             Ok(command) => run(ops, command, &rest[line_len..], out),
         };
@@ -327,7 +331,11 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             reply(out.buf(), noreply, ascii::OK);
         }
         Command::Stats { args } => stats(ops, args, out.buf()),
-        Command::Admin { command, args } => {
+        Command::Admin {
+            command,
+            args,
+            noreply,
+        } => {
             let words: Vec<&[u8]> = args.collect();
             let reply = match command {
                 AdminCommand::LruCrawler if words.first() == Some(&&b"metadump"[..]) => {
@@ -360,14 +368,11 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                     Err(reply) => reply,
                 },
                 AdminCommand::RefreshCerts => ops.refresh_certs(),
-                AdminCommand::CacheMemlimit => {
-                    let reply = ops.cache_memlimit(&words);
-                    if words.last() == Some(&&b"noreply"[..]) {
-                        return (Step::Done(0), After::Continue);
-                    }
-                    reply
-                }
+                AdminCommand::CacheMemlimit => ops.cache_memlimit(&words),
             };
+            if noreply {
+                return (Step::Done(0), After::Continue);
+            }
             let buf = out.buf();
             match reply {
                 AdminReply::Ok => buf.extend_from_slice(ascii::OK),
@@ -386,13 +391,13 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             ops.admin(Cmd::Admin);
             return (Step::Done(0), After::CloseAfterWrite);
         }
-        Command::Shutdown { mode } => {
+        Command::Shutdown { mode, noreply } => {
             let text = match ops.shutdown(mode) {
                 Shutdown::Stopping => return (Step::Done(0), After::CloseNow),
                 Shutdown::Disabled => ascii::SHUTDOWN_DISABLED,
                 Shutdown::BadMode => ascii::BAD_SHUTDOWN,
             };
-            out.buf().extend_from_slice(text);
+            reply(out.buf(), noreply, text);
         }
     }
     (Step::Done(0), After::Continue)
