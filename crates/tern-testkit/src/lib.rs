@@ -106,8 +106,18 @@ impl ServerProcess {
     /// Starts Debian's `memcached -l 127.0.0.1 -p <free port> <args>`, the reference peer.
     /// Panics with the install command when it is missing: tests never skip silently.
     pub fn memcached(args: &[&str]) -> ServerProcess {
+        Self::memcached_from(memcached_bin(), args)
+    }
+
+    /// Starts the newest memcached a registry ships (Debian 13's source package, built by
+    /// `scripts/third-party-memcached.sh`), the second reference peer.
+    pub fn memcached_newest(args: &[&str]) -> ServerProcess {
+        Self::memcached_from(memcached_newest_bin(), args)
+    }
+
+    fn memcached_from(bin: PathBuf, args: &[&str]) -> ServerProcess {
         let port = free_port();
-        let mut cmd = Command::new(memcached_bin());
+        let mut cmd = Command::new(bin);
         // `-u root`: memcached refuses to run as root without it (CI runs as root); ignored otherwise.
         cmd.args([
             "-l",
@@ -214,6 +224,37 @@ pub fn memcached_bin() -> PathBuf {
         }
     }
     panic!("memcached is not installed: `apt-get install memcached` (.ci/run does this)");
+}
+
+/// Path of the newest memcached built into `target/third-party` by
+/// `scripts/third-party-memcached.sh` (which `.ci/run` runs).
+pub fn memcached_newest_bin() -> PathBuf {
+    let target = tern_bin()
+        .parent()
+        .and_then(|profile| profile.parent())
+        .expect("tern lives in target/<profile>")
+        .join("third-party");
+    let newest = std::fs::read_dir(&target)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let version: Vec<u32> = name
+                .strip_prefix("memcached-")?
+                .split('.')
+                .map(|n| n.parse().ok())
+                .collect::<Option<_>>()?;
+            Some((version, target.join(&name).join("memcached")))
+        })
+        .filter(|(_, bin)| bin.exists())
+        .max();
+    match newest {
+        Some((_, bin)) => bin,
+        None => panic!(
+            "no memcached in {}: run scripts/third-party-memcached.sh (.ci/run does this)",
+            target.display()
+        ),
+    }
 }
 
 /// A blocking TCP connection to a server under test.
