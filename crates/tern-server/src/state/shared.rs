@@ -19,7 +19,7 @@ use crate::state::credentials::AuthFile;
 use crate::state::prefix_stats::PrefixStats;
 use crate::state::recording::WorkerState;
 use crate::state::tls_config::Tls;
-use crate::state::watch::{Peer, Watchers};
+use crate::state::watch::{CloseReason, Peer, Watchers};
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
 pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
@@ -109,9 +109,15 @@ impl Shared {
 
     /// Undoes [`Shared::list_client`] and [`Shared::reserve_connection`] as a client's
     /// connection closes, before its descriptor does (and can be reused).
-    pub fn unlist_client(&self, worker: usize, fd: i32, peer: impl FnOnce() -> Peer) {
+    pub fn unlist_client(
+        &self,
+        worker: usize,
+        fd: i32,
+        reason: CloseReason,
+        peer: impl FnOnce() -> Peer,
+    ) {
         self.watchers
-            .conn_event(peer, fd, "conn_close", " reason=normal");
+            .conn_event(peer, fd, "conn_close", reason.field());
         self.conn_table(worker).retain(|e| e.fd != fd);
         self.unreserve_connection(worker);
     }

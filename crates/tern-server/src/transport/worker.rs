@@ -425,7 +425,9 @@ impl Worker {
                 self.shared.watchers.remove(id);
             }
             self.shared
-                .unlist_client(self.id, self.activity[idx].0, || conn.stream.peer());
+                .unlist_client(self.id, self.activity[idx].0, conn.close_reason(), || {
+                    conn.stream.peer()
+                });
             self.free.push(idx);
             tracing::debug!(worker = self.id, conn = idx, "connection closed");
         }

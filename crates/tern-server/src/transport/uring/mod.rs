@@ -727,7 +727,7 @@ impl Engine {
         }
         let fd = self.activity[idx].0;
         self.shared
-            .unlist_client(self.id, fd, || conn.stream.peer());
+            .unlist_client(self.id, fd, conn.close_reason(), || conn.stream.peer());
         // The ring lets go of the socket: its receive and send are cancelled and its
         // registered file closed, all in this turn's submit; the descriptor itself closes when
         // `conn` drops below. A send's bytes stay until its completion.
