@@ -175,6 +175,35 @@ fn an_mtls_listener_without_a_ca_starts_and_trusts_no_client() {
 }
 
 #[test]
+fn a_client_over_the_limit_gets_memcacheds_plain_text_refusal() {
+    // memcached 1.6.45 with -Z at -c (maxconns_fast) writes `ERROR Too many open connections`
+    // to the socket before any handshake and closes it (memcached.c, before ssl_accept): a
+    // TLS client's handshake fails (Python: "WRONG_VERSION_NUMBER"), a plain reader sees the
+    // line. Recorded live on 2026-11-26.
+    let certs = Certs::generate();
+    let server = tern_tls(&certs, "", &["-c", "2"]);
+    let mut a = tls::connect(server.port, certs.client_config(None)).unwrap();
+    // The test kit's start-up probe may still be counted for a moment.
+    for _ in 0..1000 {
+        let stats = ask(&mut a, "stats\r\n", "END\r\n");
+        if stat(&stats, "curr_connections") == "1" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut b = tls::connect(server.port, certs.client_config(None)).unwrap();
+    ask(&mut b, "version\r\n", "\r\n");
+    assert!(!served(server.port, certs.client_config(None)), "over -c");
+    let mut plain = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    plain
+        .set_read_timeout(Some(tern_testkit::PATIENCE))
+        .unwrap();
+    let mut got = Vec::new();
+    plain.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"ERROR Too many open connections\r\n");
+}
+
+#[test]
 fn verify_mode_2_refuses_a_client_without_a_certificate() {
     let certs = Certs::generate();
     let server = tern_tls(&certs, "ssl_verify_mode=2", &[]);

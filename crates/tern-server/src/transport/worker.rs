@@ -3,7 +3,7 @@
 //! the worker's `stats conns` table is locked only on accept and close.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -252,8 +252,9 @@ impl Worker {
                 if self.shared.settings.maxconns_fast {
                     self.shared.workers[self.id].metrics.conn_rejected();
                     let mut stream = stream;
-                    // Best effort, like memcached: the reply fits any socket buffer.
-                    let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+                    // Best effort, like memcached: the reply fits any socket buffer. Plain
+                    // text even on a TLS listener, before any handshake, as memcached does.
+                    let _ = stream.write_plain(ascii::TOO_MANY_CONNECTIONS);
                 } else {
                     // memcached stops accepting at -c: this client waits, unread, and so
                     // do those still in the backlog.
