@@ -175,14 +175,18 @@ fn watch_streams_fetches_stores_and_connections_as_memcached_does() {
     );
     let lines = watch_lines(&mut watcher, "key=zz");
     let ours: Vec<String> = lines.iter().map(|l| fields(l)).collect();
-    // What Debian's memcached 1.6.18 logs for the same traffic (recorded with nc: its logger
-    // thread picks a new watcher up asynchronously, so a live comparison would race), less the
-    // lookups memcached makes inside a store, which tern does not log.
+    // What memcached 1.6.45 logs for the same traffic (recorded from it live on 2026-11-26:
+    // its logger thread picks a new watcher up asynchronously, so a live comparison would
+    // race): every store logs its lookup first, a miss with `clsid=0 ... size=0`
+    // (`t/watcher_connid.t`).
     let memcached = [
+        "type=item_get key=a%3A1 status=not_found clsid=0 size=0",
         "type=item_store key=a%3A1 status=stored cmd=set ttl=100 clsid=1 size=3",
         "type=item_get key=a%3A1 status=found clsid=1 size=3",
         "type=item_get key=nope status=not_found clsid=0 size=0",
+        "type=item_get key=a%3A1 status=found clsid=1 size=3",
         "type=item_store key=a%3A1 status=not_stored cmd=add ttl=0 clsid=1 size=1",
+        "type=item_get key=zz status=not_found clsid=0 size=0",
         "type=item_store key=zz status=not_stored cmd=append ttl=0 clsid=1 size=1",
     ];
     assert_eq!(ours, memcached);
@@ -212,6 +216,20 @@ fn watch_streams_fetches_stores_and_connections_as_memcached_does() {
     );
     assert!(
         lines[1].contains(" transport=tcp reason=normal cfd="),
+        "{lines:?}"
+    );
+    // A connection closed for a protocol error: memcached 1.6.45 (`t/watcher.t`, "logged
+    // closed connection due to client protocol error") logs
+    //   ts=... gid=... type=conn_close rip=127.0.0.1 rport=N transport=tcp reason=error cfd=N
+    let mut visitor = tern.connect();
+    let rport = format!(" rport={} ", visitor.stream.local_addr().unwrap().port());
+    visitor.send(b"GET / HTTP/1.1\r\n");
+    let lines: Vec<String> = watch_lines(&mut watcher, &format!("{rport}transport=tcp reason="))
+        .into_iter()
+        .filter(|l| l.contains(&rport) && l.contains("type=conn_close"))
+        .collect();
+    assert!(
+        lines[0].contains(" transport=tcp reason=error cfd="),
         "{lines:?}"
     );
     let mut late = tern.connect();

@@ -128,6 +128,53 @@ fn unix_socket_with_access_mask() {
 }
 
 #[test]
+fn a_unix_socket_alone_turns_tcp_and_udp_off() {
+    // memcached 1.6.45 with `-s PATH -p P -U P` (and even `-l 127.0.0.1`) listens on the unix
+    // socket only: memcached.c binds TCP and UDP only while `settings.socketpath == NULL`.
+    // tern does the same unless `-l` names addresses (docs/serve.md).
+    let dir = scratch("unix-only");
+    let path = dir.join("tern.sock");
+    let port = free_port();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Killed(
+        Command::new(tern_bin())
+            .args(["serve", "-s", path.to_str().unwrap()])
+            .args(["-p", &port.to_string(), "-U", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the unix socket", || {
+        std::os::unix::net::UnixStream::connect(&path).is_ok()
+    });
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"version\r\n").unwrap();
+    let mut got = [0u8; 8];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"VERSION ");
+    // Serving on the unix socket, so every listener is bound: none is on the port.
+    let refused = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.connect(("127.0.0.1", port)).unwrap();
+    udp.set_read_timeout(Some(PATIENCE)).unwrap();
+    udp.send(b"\0\0\0\0\0\x01\0\0version\r\n").unwrap();
+    let refused = udp.recv(&mut [0u8; 64]).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn config_file_with_flags_overriding_it() {
     let dir = scratch("config");
     let path = dir.join("tern.toml");

@@ -362,15 +362,50 @@ fn a_damaged_memory_file_or_metadata_is_refused_with_a_message() {
         .unwrap();
     file.set_len(file.metadata().unwrap().len() / 2).unwrap();
     starts_empty(&scratch, &[], "truncated");
-    // The metadata empty (memcached's t/restart.t case), cut short, or from something else.
+    // The metadata cut short after its header, or from something else (an empty one, or one
+    // too short for its header, refuses to start: below).
     for meta in [
-        &b""[..],
-        b"TERNHEAP\x01\x00\x00\x00",
+        &b"TERNHEAP\x02\x00\x00\x00"[..],
         b"not tern's metadata at all",
     ] {
         saved(&scratch, &[]);
         std::fs::write(scratch.meta(), meta).unwrap();
         starts_empty(&scratch, &[], "the metadata file");
+    }
+}
+
+#[test]
+fn an_empty_or_headerless_metadata_file_refuses_to_start() {
+    // memcached 1.6.45 (`t/restart.t`, "Died with an empty metadata file") aborts on both,
+    // before it maps the memory file:
+    //   empty:          [restart] Failed to read a tag from metadata file
+    //   printf 'T' >:   [restart] internal handler for metadata tag not found: :
+    //                   [restart] corrupt metadata file
+    let scratch = Scratch::new("headerless");
+    for (meta, why) in [
+        (
+            &b""[..],
+            "[restart] Failed to read a tag from metadata file: it is empty",
+        ),
+        (
+            b"TERNHEAP\x02",
+            "[restart] corrupt metadata file: 9 bytes, shorter than its 12-byte header",
+        ),
+    ] {
+        saved(&scratch, &[]);
+        std::fs::write(scratch.meta(), meta).unwrap();
+        let memory = std::fs::read(scratch.mem()).unwrap();
+        let status = scratch.start_fails(&[]);
+        assert!(!status.success(), "{status}: {}", scratch.log());
+        let log = scratch.log();
+        assert!(log.contains(why), "{log}");
+        assert!(log.contains(&scratch.meta().display().to_string()), "{log}");
+        // Nothing was touched: the metadata stays to be looked at, the items stay in the file.
+        assert_eq!(std::fs::read(scratch.meta()).unwrap(), meta);
+        assert!(std::fs::read(scratch.mem()).unwrap() == memory);
+        // Removing it is a fresh start, as a missing metadata file always is.
+        std::fs::remove_file(scratch.meta()).unwrap();
+        starts_empty(&scratch, &[], "no metadata from a clean stop");
     }
 }
 

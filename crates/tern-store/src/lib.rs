@@ -59,7 +59,7 @@ pub use mechanics::types::{
 pub use store::dump::{DumpCursor, ItemMeta};
 pub use store::key::{HashedKey, ReadKey};
 pub use store::memlimit::MemoryLimitError;
-pub use store::persist::{Opened, Restored};
+pub use store::persist::{Opened, Restored, META_HEADER_LEN};
 pub use store::prefetch::PREFETCH_MAX;
 pub use store::stats::StoreStats;
 pub use store::write::parse_u64;

@@ -455,8 +455,14 @@ impl Settings {
     }
 
     /// [`Settings::listen_addrs`], each with its TLS mode (`-Z`, `notls:`, `mtls:`).
+    /// None with `-s` alone: memcached 1.6.45 binds no TCP or UDP socket when it has a unix
+    /// socket (`memcached.c` binds them only while `settings.socketpath == NULL`). tern keeps
+    /// them beside `-s` when `-l` names addresses (docs/serve.md).
     pub fn listen_tls(&self) -> anyhow::Result<Vec<(std::net::SocketAddr, ListenTls)>> {
         use std::net::ToSocketAddrs;
+        if self.unix_socket.is_some() && self.listen.is_empty() {
+            return Ok(Vec::new());
+        }
         let specs: Vec<String> = if self.listen.is_empty() {
             vec!["0.0.0.0".into()]
         } else {

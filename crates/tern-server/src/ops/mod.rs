@@ -306,10 +306,21 @@ impl<'a> Ops<'a> {
         write: impl FnOnce(&Store) -> StoreOutcome,
     ) -> StoreOutcome {
         self.prefix(key, PrefixEvent::Set);
+        // One load for both kinds: nobody watching costs a store what it always did.
+        let watched = self.shared.watchers.watched();
+        if watched & Kind::Fetchers as u8 != 0 {
+            // memcached 1.6.45 logs the lookup every store makes first (`t/watcher_connid.t`);
+            // a peek, so the line's own read leaves the item's marks as they were.
+            let mut size = 0;
+            let found = self.store().peek_marked(key, None, |item, _| {
+                size = item.value.len();
+            });
+            self.log_fetch(key, found.is_ok(), size);
+        }
         let outcome = write(self.store());
         let recorded = store_outcome(outcome);
         self.record_key(cmd, recorded, key);
-        if self.shared.watchers.watching(Kind::Mutations) {
+        if watched & Kind::Mutations as u8 != 0 {
             self.log_store(cmd, key, recorded.label(), expiry, value.len());
         }
         outcome

@@ -2,7 +2,8 @@
 //! needs; this decides when, and where the metadata lives).
 //!
 //! At start: read `FILE.meta` (what the last clean stop saved; memcached keeps its restart
-//! metadata at the same path), open the store over FILE (restoring when the metadata fits),
+//! metadata at the same path; one empty or too short to hold its header stops the start, as
+//! memcached's does), open the store over FILE (restoring when the metadata fits),
 //! then remove `FILE.meta` before any worker runs: that is the clean mark cleared, so a crash or
 //! `kill -9` from here on leaves no metadata describing a file that has changed since, and the
 //! next start begins empty. One log line says what happened.
@@ -47,6 +48,9 @@ pub fn open(
             None
         }
     };
+    if let Some(bytes) = &saved {
+        refuse_headerless(&meta, bytes)?;
+    }
     let started = Instant::now();
     let (store, opened) = Store::open_file(config, clock, file, saved.as_deref())
         .with_context(|| format!("-e {}", file.display()))?;
@@ -80,6 +84,29 @@ pub fn open(
         }
     };
     Ok((store, stats))
+}
+
+/// memcached 1.6.45 refuses to start (it aborts) when its metadata file holds no tag line:
+/// empty, "[restart] Failed to read a tag from metadata file"; cut inside its first line,
+/// "[restart] corrupt metadata file" (`restart_check` in restart.c; `t/restart.t`, "Died with
+/// an empty metadata file"). tern's tag is its header: a file shorter than that is refused the
+/// same way, before the memory file is touched, and both files stay as they are. A file with a
+/// header but damaged past it starts empty with a reason, as memcached starts a clean cache
+/// when its metadata does not validate.
+fn refuse_headerless(meta: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let why = match bytes.len() {
+        0 => "Failed to read a tag from metadata file: it is empty".to_string(),
+        n if n < tern_store::META_HEADER_LEN => format!(
+            "corrupt metadata file: {n} bytes, shorter than its {}-byte header",
+            tern_store::META_HEADER_LEN
+        ),
+        _ => return Ok(()),
+    };
+    anyhow::bail!(
+        "-e: [restart] {why} ({}); memcached refuses to start on it too: remove it to start \
+         with a clean cache",
+        meta.display()
+    )
 }
 
 /// Saves what the next start needs to restore `store` beside its memory file `file`. Called

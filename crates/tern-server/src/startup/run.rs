@@ -127,8 +127,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let admin_listener = match settings.admin_port {
         Some(port) => {
-            // On the (first) listen address, so the endpoint is as reachable as the cache.
-            let addr = std::net::SocketAddr::new(settings.listen_addrs()?[0].ip(), port);
+            // On the (first) listen address, so the endpoint is as reachable as the cache
+            // (loopback when the cache is on a unix socket only).
+            let ip = match settings.listen_addrs()?.first() {
+                Some(addr) => addr.ip(),
+                None => std::net::Ipv4Addr::LOCALHOST.into(),
+            };
+            let addr = std::net::SocketAddr::new(ip, port);
             match inherited.as_mut().and_then(|i| i.admin(addr)) {
                 Some(listener) => Some(listener),
                 // std's bind sets SO_REUSEADDR (on Unix), as `net::bind_tcp` does: a restart

@@ -19,7 +19,7 @@ use crate::state::credentials::AuthFile;
 use crate::state::prefix_stats::PrefixStats;
 use crate::state::recording::WorkerState;
 use crate::state::tls_config::Tls;
-use crate::state::watch::{Peer, Watchers};
+use crate::state::watch::{CloseReason, Peer, Watchers};
 
 /// Changes the log level (0 = warnings only ... 3 = trace) of a running server.
 pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
@@ -61,14 +61,6 @@ pub struct Shared {
     pub sasl: Option<AuthFile>,
     /// Workers that stopped accepting, for `listen_disabled_num` and its time.
     pub listen_pauses: ListenPauses,
-}
-
-/// Why a client's connection closed, as `watch connevents` says it (memcached's names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseReason {
-    Normal,
-    /// `-o idle_timeout`.
-    IdleTimeout,
 }
 
 /// memcached's `listen_disabled_num` and `time_in_listen_disabled_us` over every worker's
@@ -172,11 +164,8 @@ impl Shared {
         reason: CloseReason,
         peer: impl FnOnce() -> Peer,
     ) {
-        let reason = match reason {
-            CloseReason::Normal => " reason=normal",
-            CloseReason::IdleTimeout => " reason=idle_timeout",
-        };
-        self.watchers.conn_event(peer, fd, "conn_close", reason);
+        self.watchers
+            .conn_event(peer, fd, "conn_close", reason.field());
         self.conn_table(worker).retain(|e| e.fd != fd);
         self.unreserve_connection(worker);
     }

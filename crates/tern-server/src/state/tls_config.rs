@@ -115,7 +115,12 @@ fn build(o: &TlsOptions) -> Result<Loaded, String> {
     };
     let verifier = |required: bool| -> Result<Arc<dyn ClientCertVerifier>, String> {
         let Some(roots) = &roots else {
-            return Ok(WebPkiClientVerifier::no_client_auth());
+            return Ok(Arc::new(NoTrustedRoots {
+                required,
+                schemes: provider
+                    .signature_verification_algorithms
+                    .supported_schemes(),
+            }));
         };
         let builder = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
         let builder = if required {
@@ -157,16 +162,67 @@ fn build(o: &TlsOptions) -> Result<Loaded, String> {
         1 => config(verifier(false)?)?,
         _ => config(verifier(true)?)?,
     };
-    let mutual = if roots.is_some() {
-        config(verifier(true)?)?
-    } else {
-        tls.clone()
-    };
+    let mutual = config(verifier(true)?)?;
     Ok(Loaded {
         tls,
         mutual,
         at: Instant::now(),
     })
+}
+
+/// Client certificates asked for with no `ssl_ca_cert` to check them against: memcached 1.6.45
+/// starts so (an `mtls:` listener or `ssl_verify_mode` > 0 without a CA: `t/ssl_ports.t`), and
+/// OpenSSL then trusts no certificate. So here: a client that must show one is refused, as is
+/// any certificate shown; with `ssl_verify_mode=1` a client showing none is let in.
+#[derive(Debug)]
+struct NoTrustedRoots {
+    required: bool,
+    schemes: Vec<rustls::SignatureScheme>,
+}
+
+impl ClientCertVerifier for NoTrustedRoots {
+    fn client_auth_mandatory(&self) -> bool {
+        self.required
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.schemes.clone()
+    }
 }
 
 /// ring's algorithms, with `ssl_ciphers` choosing among the TLS 1.2 suites (OpenSSL's or

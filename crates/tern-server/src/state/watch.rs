@@ -54,6 +54,32 @@ pub enum Peer {
     Local,
 }
 
+/// Why a connection closed, as `conn_close ... reason=` says (memcached 1.6.45's names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A protocol error: an overlong line, an HTTP request line.
+    Error,
+    /// The client hung up, or sent `quit`.
+    #[default]
+    Normal,
+    /// The `shutdown` command.
+    Shutdown,
+    /// `-o idle_timeout`.
+    IdleTimeout,
+}
+
+impl CloseReason {
+    /// The `conn_close` line's field.
+    pub fn field(self) -> &'static str {
+        match self {
+            CloseReason::Error => " reason=error",
+            CloseReason::Normal => " reason=normal",
+            CloseReason::Shutdown => " reason=shutdown",
+            CloseReason::IdleTimeout => " reason=idle_timeout",
+        }
+    }
+}
+
 struct Watcher {
     id: u64,
     kinds: u8,
@@ -80,7 +106,14 @@ impl Watchers {
     /// Whether anyone watches `kind` (one relaxed load: the request path's only cost).
     #[inline]
     pub fn watching(&self, kind: Kind) -> bool {
-        self.mask.load(Ordering::Relaxed) & kind as u8 != 0
+        self.watched() & kind as u8 != 0
+    }
+
+    /// Every kind someone watches, as `Kind` bits: one relaxed load for a request that may
+    /// log lines of two kinds.
+    #[inline]
+    pub fn watched(&self) -> u8 {
+        self.mask.load(Ordering::Relaxed)
     }
 
     /// Starts streaming `kinds` to `socket` (a non-blocking duplicate of the watcher's

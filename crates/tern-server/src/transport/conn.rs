@@ -14,6 +14,7 @@ use tern_store::DumpCursor;
 use crate::config;
 use crate::ops::Ops;
 use crate::state::recording::monotonic_nanos;
+use crate::state::watch::CloseReason;
 use crate::transport::auth::{self, Gate};
 use crate::transport::buffers::{BufferPool, BUFFER};
 use crate::transport::stream::Stream;
@@ -59,6 +60,8 @@ pub struct Conn {
     /// `wbuf`'s capacity past the standard size as the pool last counted it.
     wbuf_extra: usize,
     close_after_write: bool,
+    /// What `conn_close` will say, from the request that closed it (watch's `connevents`).
+    close_reason: CloseReason,
     /// A get stopped between its keys waits at `rstart`: it is finished before a close.
     resuming: bool,
     peer_closed: bool,
@@ -143,6 +146,7 @@ impl Conn {
             wsent: 0,
             wbuf_extra: 0,
             close_after_write: false,
+            close_reason: CloseReason::Normal,
             resuming: false,
             peer_closed: false,
             queued: false,
@@ -182,6 +186,10 @@ impl Conn {
     }
 
     /// The watcher this connection is, to forget when it closes.
+    pub fn close_reason(&self) -> CloseReason {
+        self.close_reason
+    }
+
     pub fn watch_id(&self) -> Option<u64> {
         self.watch_id
     }
@@ -511,7 +519,14 @@ impl Conn {
                 self.close_after_write = true;
                 Some(false)
             }
-            After::CloseNow => None,
+            After::CloseNow => {
+                self.close_reason = CloseReason::Shutdown;
+                None
+            }
+            After::HangUp => {
+                self.close_reason = CloseReason::Error;
+                None
+            }
             After::Metadump => {
                 self.metadump = Some(DumpCursor::default());
                 Some(true)

@@ -96,6 +96,21 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Writes `buf` to the socket itself, outside any TLS session: how memcached 1.6.45
+    /// refuses a client over `-c` (`ERROR Too many open connections` written in plain text
+    /// before any handshake, so a TLS client sees a protocol error and a plain one the line).
+    pub fn write_plain(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tls(s) => {
+                let flags = rustix::net::SendFlags::NOSIGNAL;
+                Ok(rustix::net::send(&s.tcp, buf, flags)?)
+            }
+            other => other.write(buf),
+        }
+    }
+}
+
 // Plain sockets are read and written with rustix's direct system calls: std's go through
 // libc's `recv`/`send`, whose thread-cancellation bookkeeping costs ~60 instructions per
 // unpipelined request (callgrind). The calls and flags are std's own (`send` with

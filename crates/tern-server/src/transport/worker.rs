@@ -3,7 +3,7 @@
 //! the worker's `stats conns` table is locked only on accept and close.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,8 @@ use tern_proto::ascii;
 
 use crate::ops::Ops;
 use crate::state::recording::monotonic_nanos;
-use crate::state::shared::{CloseReason, Shared};
+use crate::state::shared::Shared;
+use crate::state::watch::CloseReason;
 use crate::transport::buffers::BufferPool;
 use crate::transport::conn::{Conn, Drive, Idleness, Limits};
 use crate::transport::net::Listener;
@@ -351,8 +352,9 @@ impl Worker {
                 if self.shared.settings.maxconns_fast {
                     self.shared.workers[self.id].metrics.conn_rejected();
                     let mut stream = stream;
-                    // Best effort, like memcached: the reply fits any socket buffer.
-                    let _ = stream.write(ascii::TOO_MANY_CONNECTIONS);
+                    // Best effort, like memcached: the reply fits any socket buffer. Plain
+                    // text even on a TLS listener, before any handshake, as memcached does.
+                    let _ = stream.write_plain(ascii::TOO_MANY_CONNECTIONS);
                 } else {
                     // memcached stops accepting at -c: this client waits, unread, and so
                     // do those still in the backlog.
@@ -448,7 +450,7 @@ impl Worker {
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
             self.shared.workers[self.id].metrics.idle_kick();
-            self.close_for(idx, CloseReason::IdleTimeout);
+            self.close_for(idx, Some(CloseReason::IdleTimeout));
         }
     }
 
@@ -529,11 +531,14 @@ impl Worker {
     }
 
     fn close(&mut self, idx: usize) {
-        self.close_for(idx, CloseReason::Normal);
+        self.close_for(idx, None);
     }
 
-    fn close_for(&mut self, idx: usize, reason: CloseReason) {
+    /// Closes a connection for `reason` where the worker knows it (`-o idle_timeout`), else for
+    /// the one the connection recorded (a protocol error, `shutdown`, or normal).
+    fn close_for(&mut self, idx: usize, reason: Option<CloseReason>) {
         if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
+            let reason = reason.unwrap_or_else(|| conn.close_reason());
             let _ = self.poll.registry().deregister(&mut conn.stream);
             conn.close_buffers(&mut self.buffers);
             if let Some(id) = conn.watch_id() {

@@ -10,8 +10,11 @@ pub enum After {
     Continue,
     /// Send what is queued, then close (`quit`).
     CloseAfterWrite,
-    /// Close at once, dropping queued replies (`shutdown`, an overlong line).
+    /// Close at once, dropping queued replies (`shutdown`).
     CloseNow,
+    /// Close at once for a protocol error (an overlong line, an HTTP request): watch's
+    /// `conn_close ... reason=error`.
+    HangUp,
     /// Send what is queued, then stream these `watch` kinds and serve nothing more.
     Watch(u8),
     /// Stream `lru_crawler metadump`'s lines, then `END`, then go on serving.

@@ -52,7 +52,7 @@ pub fn serve(
             }
             Frame::LineTooLong => {
                 ops.refused();
-                progress.after = After::CloseNow;
+                progress.after = After::HangUp;
                 break;
             }
             Frame::Line { consumed, parsed } => (consumed, parsed),
@@ -61,7 +61,7 @@ pub fn serve(
         let (step, after) = match parsed {
             Err(rejection) if rejection.hang_up => {
                 ops.refused();
-                progress.after = After::CloseNow;
+                progress.after = After::HangUp;
                 break;
             }
             Err(rejection) => {

@@ -41,6 +41,10 @@ const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
 /// refused, not misread. 2: large items carry a CAS field.
 const FORMAT_VERSION: u32 = 2;
+/// What every metadata file begins with: the magic and the format version, memcached's "tag"
+/// line. A `FILE.meta` shorter than this (empty included) is no metadata at all, and the start
+/// refuses it as memcached 1.6.45 does (`startup::restart` in tern-server).
+pub const META_HEADER_LEN: usize = MAGIC.len() + 4;
 /// Hashed with the saved seeds at save and at restore: a different result means this build
 /// hashes keys differently (another ahash), so shards and tags would not match.
 const FINGERPRINT_KEY: &[u8] = b"tern memory file fingerprint";

@@ -22,7 +22,8 @@ use tern_proto::ascii;
 
 use crate::ops::Ops;
 use crate::state::recording::monotonic_nanos;
-use crate::state::shared::{CloseReason, Shared};
+use crate::state::shared::Shared;
+use crate::state::watch::CloseReason;
 use crate::transport::buffers::BufferPool;
 use crate::transport::conn::{Conn, Drive, Idleness, Limits};
 use crate::transport::net::Listener;
@@ -665,7 +666,7 @@ impl Engine {
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
             self.shared.workers[self.id].metrics.idle_kick();
-            self.close_for(idx, CloseReason::IdleTimeout);
+            self.close_for(idx, Some(CloseReason::IdleTimeout));
         }
     }
 
@@ -730,13 +731,15 @@ impl Engine {
     }
 
     fn close(&mut self, idx: usize) {
-        self.close_for(idx, CloseReason::Normal);
+        self.close_for(idx, None);
     }
 
-    fn close_for(&mut self, idx: usize, reason: CloseReason) {
+    /// As the epoll worker's: the worker's reason (`-o idle_timeout`), else the connection's.
+    fn close_for(&mut self, idx: usize, reason: Option<CloseReason>) {
         let Some(mut conn) = self.slots[idx].conn.take() else {
             return;
         };
+        let reason = reason.unwrap_or_else(|| conn.close_reason());
         conn.close_buffers(&mut self.buffers);
         if let Some(id) = conn.watch_id() {
             self.shared.watchers.remove(id);
