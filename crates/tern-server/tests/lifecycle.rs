@@ -352,6 +352,10 @@ fn uid_of(pid: u32) -> String {
 #[test]
 fn dash_u_drops_root_privileges() {
     let server = ServerProcess::tern(&["-u", "nobody"]);
+    // Its sockets listen (and accept into the backlog) before it drops root; it answers only
+    // once its workers run, which start after the drop.
+    let mut c = server.connect();
+    c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
     let ours = uid_of(std::process::id());
     let theirs = uid_of(server.pid());
     if ours == "0" {
@@ -361,7 +365,6 @@ fn dash_u_drops_root_privileges() {
         // Not root: -u is ignored, as memcached does.
         assert_eq!(theirs, ours);
     }
-    let mut c = server.connect();
     c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
 }
 
