@@ -368,19 +368,6 @@ fn dash_u_drops_root_privileges() {
     c.expect(b"version\r\n", b"VERSION 1.6.45-tern-0.1.0\r\n");
 }
 
-/// True when a server on `port` answers `version` (false while it is not serving yet).
-fn answers_version(port: u16) -> bool {
-    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut reply = [0u8; 8];
-    conn.write_all(b"version\r\n").is_ok()
-        && conn.read_exact(&mut reply).is_ok()
-        && &reply == b"VERSION "
-}
-
 #[test]
 fn dash_k_locks_memory_or_says_why_not() {
     let port = free_port();
@@ -409,7 +396,7 @@ fn dash_k_locks_memory_or_says_why_not() {
         }
         // The port listens before memory is locked (sockets are bound first, as root), and the
         // workers start after: only a reply shows the locking is done.
-        if answers_version(port) {
+        if tern_testkit::answers_version(port) {
             break;
         }
         assert!(

@@ -215,6 +215,21 @@ pub fn io_engine_args(args: &[&str]) -> Vec<String> {
     }
 }
 
+/// Whether a server on `port` answers `version` within half a second: false when nothing
+/// listens, when it is not serving yet, or when its process exits without serving (a listening
+/// socket takes connections into its backlog before its server answers any).
+pub fn answers_version(port: u16) -> bool {
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut reply = [0u8; 8];
+    conn.write_all(b"version\r\n").is_ok()
+        && conn.read_exact(&mut reply).is_ok()
+        && &reply == b"VERSION "
+}
+
 /// Path of Debian's memcached (package `memcached`).
 pub fn memcached_bin() -> PathBuf {
     for candidate in ["/usr/bin/memcached", "/usr/local/bin/memcached"] {
