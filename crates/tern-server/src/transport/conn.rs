@@ -115,9 +115,35 @@ impl Replies for ConnReplies<'_> {
     }
 }
 
+/// `-o idle_timeout`'s check over a worker's open connections (`limit_secs` seconds, the
+/// judgement [`Conn::idleness`]'s): those with input waiting are queued to be served (their
+/// index pushed to `again`), the idle ones returned for the worker to close.
+pub fn idle_connections<'a>(
+    conns: impl Iterator<Item = (usize, &'a mut Conn)>,
+    limit_secs: u64,
+    again: &mut Vec<usize>,
+) -> Vec<usize> {
+    let limit = limit_secs.saturating_mul(1_000_000_000);
+    let now = monotonic_nanos();
+    let mut idle = Vec::new();
+    for (idx, conn) in conns {
+        match conn.idleness(now, limit) {
+            Idleness::Active => {}
+            Idleness::InputWaiting => {
+                if !conn.queued {
+                    conn.queued = true;
+                    again.push(idx);
+                }
+            }
+            Idleness::Idle => idle.push(idx),
+        }
+    }
+    idle
+}
+
 /// What `-o idle_timeout` finds of a connection ([`Conn::idleness`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Idleness {
+enum Idleness {
     /// Input or a reply within the timeout, or busy now.
     Active,
     /// Quiet for the timeout by its clock, but input (or the end) waits in its socket: a worker
@@ -165,7 +191,7 @@ impl Conn {
     /// and no reply waited for `limit` nanoseconds, and a read attempt now finds nothing. A
     /// connection busy now (replies unsent, watching, dumping, queued to be served again)
     /// counts as active from now.
-    pub fn idleness(&mut self, now: u64, limit: u64) -> Idleness {
+    fn idleness(&mut self, now: u64, limit: u64) -> Idleness {
         if now.saturating_sub(self.last_active) < limit {
             return Idleness::Active;
         }
@@ -185,11 +211,12 @@ impl Conn {
         !self.has_unsent() && self.watch_id.is_none() && self.metadump.is_none()
     }
 
-    /// The watcher this connection is, to forget when it closes.
+    /// Why the connection ends, as far as it knows (a protocol error, `shutdown`, or normal).
     pub fn close_reason(&self) -> CloseReason {
         self.close_reason
     }
 
+    /// The watcher this connection is, to forget when it closes.
     pub fn watch_id(&self) -> Option<u64> {
         self.watch_id
     }

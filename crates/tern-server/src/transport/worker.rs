@@ -12,11 +12,10 @@ use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
 use crate::ops::Ops;
-use crate::state::recording::monotonic_nanos;
 use crate::state::shared::Shared;
 use crate::state::watch::CloseReason;
 use crate::transport::buffers::BufferPool;
-use crate::transport::conn::{Conn, Drive, Idleness, Limits};
+use crate::transport::conn::{self, Conn, Drive, Limits};
 use crate::transport::net::Listener;
 use crate::transport::stream::Stream;
 use crate::transport::udp::UdpServer;
@@ -427,26 +426,13 @@ impl Worker {
             return;
         }
         self.idle_checked = second;
-        let limit = self
-            .shared
-            .settings
-            .idle_timeout_secs
-            .saturating_mul(1_000_000_000);
-        let now = monotonic_nanos();
-        let mut idle = Vec::new();
-        for (idx, slot) in self.conns.iter_mut().enumerate() {
-            let Some(conn) = slot else { continue };
-            match conn.idleness(now, limit) {
-                Idleness::Active => {}
-                Idleness::InputWaiting => {
-                    if !conn.queued {
-                        conn.queued = true;
-                        self.again.push(idx);
-                    }
-                }
-                Idleness::Idle => idle.push(idx),
-            }
-        }
+        let open = self
+            .conns
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, c.as_mut()?)));
+        let limit = self.shared.settings.idle_timeout_secs;
+        let idle = conn::idle_connections(open, limit, &mut self.again);
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
             self.shared.workers[self.id].metrics.idle_kick();

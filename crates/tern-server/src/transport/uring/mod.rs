@@ -21,11 +21,10 @@ use mio::{Events, Interest, Poll, Token};
 use tern_proto::ascii;
 
 use crate::ops::Ops;
-use crate::state::recording::monotonic_nanos;
 use crate::state::shared::Shared;
 use crate::state::watch::CloseReason;
 use crate::transport::buffers::BufferPool;
-use crate::transport::conn::{Conn, Drive, Idleness, Limits};
+use crate::transport::conn::{self, Conn, Drive, Limits};
 use crate::transport::net::Listener;
 use crate::transport::stream::{RingIo, Stream};
 use crate::transport::udp::UdpServer;
@@ -641,28 +640,10 @@ impl Engine {
             return;
         }
         self.idle_checked = second;
-        let limit = self
-            .shared
-            .settings
-            .idle_timeout_secs
-            .saturating_mul(1_000_000_000);
-        let now = monotonic_nanos();
-        let mut idle = Vec::new();
-        for idx in 0..self.slots.len() {
-            let Some(conn) = self.slots[idx].conn.as_mut() else {
-                continue;
-            };
-            match conn.idleness(now, limit) {
-                Idleness::Active => {}
-                Idleness::InputWaiting => {
-                    if !conn.queued {
-                        conn.queued = true;
-                        self.again.push(idx);
-                    }
-                }
-                Idleness::Idle => idle.push(idx),
-            }
-        }
+        let open =
+            (self.slots.iter_mut().enumerate()).filter_map(|(i, s)| Some((i, s.conn.as_mut()?)));
+        let limit = self.shared.settings.idle_timeout_secs;
+        let idle = conn::idle_connections(open, limit, &mut self.again);
         for idx in idle {
             tracing::debug!(worker = self.id, conn = idx, "closing an idle connection");
             self.shared.workers[self.id].metrics.idle_kick();
