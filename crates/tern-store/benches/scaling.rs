@@ -1,6 +1,8 @@
 //! Two threads against one, measured in pairs: 1 thread does `OPS` operations, then 2 threads
 //! do `OPS` each, 11 times, and the median of the pairs' throughput ratios (wall clock) is
-//! printed, for gets of uniform keys and for sets of uniform keys on a heap that has cycled.
+//! printed, for gets of uniform keys, for sets of uniform keys on a heap that has cycled, and
+//! for gets of zipf-distributed keys (exponent 0.99 and 1.2) alone and with 5 % and 20 % sets,
+//! where a hot key's shard is every thread's.
 //! Pairs run back to back, so the drift of a shared VM (a third between runs a minute apart)
 //! cancels out, which comparing criterion's separate `threads/*_wall/1` and `/2` runs does not.
 //!
@@ -9,6 +11,10 @@
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+use rand_distr::Zipf;
 use tern_store::{Expiry, StoreOp};
 
 mod common;
@@ -36,6 +42,18 @@ fn rate(threads: u64, op: &(impl Fn(&mut Rng) + Sync)) -> f64 {
     });
     (threads * OPS) as f64 / start.elapsed().as_secs_f64()
 }
+
+/// Key numbers drawn from a Zipf distribution over `KEYS` (exponent `s`), drawn once so that a
+/// measured operation costs a table read, not a sample.
+fn zipf_keys(s: f64) -> Vec<u64> {
+    let zipf = Zipf::new(KEYS, s).unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    (0..ZIPF_TABLE)
+        .map(|_| rng.sample(zipf) as u64 - 1)
+        .collect()
+}
+
+const ZIPF_TABLE: usize = 1 << 20;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -75,4 +93,19 @@ fn main() {
         let k = key(rng.next() % KEYS);
         black_box(churned.store(StoreOp::Set, &k, 0, Expiry::NEVER, &value));
     });
+    for exponent in [0.99, 1.2] {
+        let keys = zipf_keys(exponent);
+        for sets_percent in [0, 5, 20] {
+            let name = format!("gets with {sets_percent} % sets, zipf {exponent}");
+            pairs(&name, |rng: &mut Rng| {
+                let r = rng.next();
+                let k = key(keys[r as usize % ZIPF_TABLE]);
+                if (r >> 40) % 100 < sets_percent {
+                    black_box(churned.store(StoreOp::Set, &k, 0, Expiry::NEVER, &value));
+                } else {
+                    black_box(churned.get(&k, |it| it.value.len())).ok();
+                }
+            });
+        }
+    }
 }
