@@ -81,7 +81,8 @@ for script in postinst prerm postrm; do
   install -m 0755 "packaging/debian/$script" "$root/DEBIAN/$script"
 done
 
-# Depends from the libraries the binary links (libc6, libgcc-s1), as dh_shlibdeps computes it.
+# Depends from the libraries the binary links (libc6, libgcc-s1, libsasl2-2), as dh_shlibdeps
+# computes it.
 printf 'Source: tern\n\nPackage: tern\nArchitecture: any\n' >"$work/debian/control"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O -edebian/tern/usr/bin/tern | sed -n 's/^shlibs:Depends=//p')
 installed_kib=$(du -sk --exclude=DEBIAN "$root" | cut -f1)

@@ -80,6 +80,8 @@ pub enum Status {
     NotStored = 0x05,
     NonNumeric = 0x06,
     AuthError = 0x20,
+    /// SASL: the mechanism needs another step; the body is the server's challenge.
+    AuthContinue = 0x21,
     UnknownCommand = 0x81,
     OutOfMemory = 0x82,
 }
@@ -96,6 +98,7 @@ impl Status {
             Status::NotStored => b"Not stored.",
             Status::NonNumeric => b"Non-numeric server-side value for incr or decr",
             Status::AuthError => b"Auth failure.",
+            Status::AuthContinue => b"",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
         }

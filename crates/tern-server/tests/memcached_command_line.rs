@@ -378,8 +378,8 @@ fn what_memcached_refuses_tern_refuses_with_a_message() {
 fn options_of_other_work_are_refused_with_a_reason() {
     for (args, says) in [
         (
-            &["-l", "127.0.0.1", "-p", "0", "-S"][..],
-            "-S: set MEMCACHED_SASL_PWDB",
+            &["-l", "127.0.0.1", "-p", "0", "-S", "-B", "auto"][..],
+            "-S: you cannot allow the ASCII protocol while using SASL",
         ),
         (
             &[

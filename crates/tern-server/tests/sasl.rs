@@ -1,6 +1,7 @@
-//! `-S`: binary clients authenticate with SASL PLAIN against `MEMCACHED_SASL_PWDB`, through a
-//! small client of the tests' own (the test kit's binary frames). Debian's memcached checks SASL
-//! with Cyrus' sasldb, not a password file, so it is the reference for refusals only.
+//! `-S`: binary clients authenticate through libsasl2, as memcached's do: users made by
+//! `saslpasswd2` in a sasldb that `SASL_CONF_PATH`'s `memcached.conf` names (PLAIN and CRAM-MD5,
+//! side by side with Debian's memcached -S), and PLAIN against `MEMCACHED_SASL_PWDB`, through a
+//! small client of the tests' own (the test kit's binary frames).
 
 use std::io::{Read, Write};
 use std::process::Command;
@@ -9,6 +10,7 @@ use tern_testkit::binary::{frame, Reply};
 use tern_testkit::{free_port, tern_bin, Conn, ServerProcess};
 
 const AUTH_ERROR: u16 = 0x20;
+const AUTH_CONTINUE: u16 = 0x21;
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
 const NOOP: u8 = 0x0a;
@@ -36,15 +38,13 @@ fn sasl_plain_then_binary_commands_and_refusals_before() {
     std::fs::create_dir_all(&dir).unwrap();
     let pwdb = dir.join("pwdb");
     std::fs::write(&pwdb, "alice:secret\n").unwrap();
+    std::fs::write(dir.join("memcached.conf"), "mech_list: plain\n").unwrap();
     let port = free_port();
     let mut cmd = Command::new(tern_bin());
-    cmd.env("MEMCACHED_SASL_PWDB", &pwdb).arg("serve").args([
-        "-l",
-        "127.0.0.1",
-        "-p",
-        &port.to_string(),
-        "-S",
-    ]);
+    cmd.env("MEMCACHED_SASL_PWDB", &pwdb)
+        .env("SASL_CONF_PATH", &dir);
+    cmd.arg("serve")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-S"]);
     let server = ServerProcess::spawn(cmd, port);
 
     let mut conn = server.connect();
@@ -119,6 +119,7 @@ fn refusals_before_authentication_match_memcached() {
     let port = free_port();
     let mut cmd = Command::new(tern_bin());
     cmd.env("MEMCACHED_SASL_PWDB", dir.join("pwdb"))
+        .env("SASL_CONF_PATH", &dir)
         .arg("serve")
         .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-S"]);
     let tern = ServerProcess::spawn(cmd, port);
@@ -150,5 +151,123 @@ fn refusals_before_authentication_match_memcached() {
         };
         assert_eq!(reply(&tern), reply(&memcached), "opcode {opcode:#x}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A sasldb made by `saslpasswd2`, named by `SASL_CONF_PATH`'s `memcached.conf`: tern (no
+/// `MEMCACHED_SASL_PWDB`) and Debian's memcached answer the same to the mechanism list, PLAIN
+/// right and wrong, a CRAM-MD5 exchange right and wrong, and a request before authenticating.
+#[test]
+fn sasldb_users_authenticate_with_plain_and_cram_md5_as_memcached() {
+    use hmac::{KeyInit, Mac};
+    let dir = std::env::temp_dir().join(format!("tern-sasldb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sasldb = dir.join("sasldb2");
+    std::fs::write(
+        dir.join("memcached.conf"),
+        format!(
+            "mech_list: plain cram-md5\nsasldb_path: {}\n",
+            sasldb.display()
+        ),
+    )
+    .unwrap();
+    let mut saslpasswd2 = Command::new("saslpasswd2")
+        .args(["-a", "memcached", "-c", "-p", "-f"])
+        .arg(&sasldb)
+        .arg("alice")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("saslpasswd2 (apt-get install sasl2-bin; .ci/run does this)");
+    saslpasswd2
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"secret")
+        .unwrap();
+    assert!(saslpasswd2.wait().unwrap().success());
+
+    let start = |bin: std::path::PathBuf, memcached: bool| {
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.env("SASL_CONF_PATH", &dir)
+            .env_remove("MEMCACHED_SASL_PWDB");
+        if !memcached {
+            cmd.arg("serve");
+        }
+        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-S"]);
+        if memcached {
+            cmd.args(["-u", "root"]);
+        }
+        ServerProcess::spawn(cmd, port)
+    };
+    let tern = start(tern_bin(), false);
+    let memcached = start(tern_testkit::memcached_bin(), true);
+
+    let cram = |conn: &mut Conn, password: &[u8]| {
+        let challenge = ask(conn, AUTH, b"CRAM-MD5", b"");
+        assert_eq!(challenge.status, AUTH_CONTINUE);
+        assert!(
+            challenge.value.starts_with(b"<") && challenge.value.ends_with(b">"),
+            "{:?}",
+            String::from_utf8_lossy(&challenge.value)
+        );
+        let mut mac = hmac::Hmac::<md5::Md5>::new_from_slice(password).unwrap();
+        mac.update(&challenge.value);
+        let digest: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let reply = ask(
+            conn,
+            STEP,
+            b"CRAM-MD5",
+            format!("alice {digest}").as_bytes(),
+        );
+        (reply.status, reply.value)
+    };
+    let transcript = |server: &ServerProcess| {
+        let mut seen = Vec::new();
+        let mut conn = server.connect();
+        let mechs = ask(&mut conn, LIST_MECHS, b"", b"");
+        seen.push((mechs.status, mechs.value));
+        let wrong = ask(&mut conn, AUTH, b"PLAIN", b"\0alice\0nope");
+        seen.push((wrong.status, wrong.value));
+        let ok = ask(&mut conn, AUTH, b"PLAIN", b"\0alice\0secret");
+        seen.push((ok.status, ok.value));
+        assert_eq!(ask(&mut conn, SET, b"k", b"v").status, 0);
+        let got = ask(&mut conn, GET, b"k", b"");
+        seen.push((got.status, got.value));
+
+        let mut conn = server.connect();
+        seen.push(cram(&mut conn, b"nope"));
+        let mut conn = server.connect();
+        seen.push(cram(&mut conn, b"secret"));
+        let got = ask(&mut conn, GET, b"k", b"");
+        seen.push((got.status, got.value));
+
+        let mut early = server.connect();
+        let refused = ask(&mut early, GET, b"k", b"");
+        seen.push((refused.status, refused.value));
+        assert!(closed(&mut early));
+        seen
+    };
+    let seen = transcript(&tern);
+    assert_eq!(
+        seen,
+        [
+            (0, b"PLAIN CRAM-MD5".to_vec()),
+            (AUTH_ERROR, b"Auth failure.".to_vec()),
+            (0, b"Authenticated".to_vec()),
+            (0, b"v".to_vec()),
+            (AUTH_ERROR, b"Auth failure.".to_vec()),
+            (0, b"Authenticated".to_vec()),
+            (0, b"v".to_vec()),
+            (AUTH_ERROR, b"Auth failure.".to_vec()),
+        ]
+    );
+    assert_eq!(seen, transcript(&memcached));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -269,6 +269,13 @@ impl Settings {
             self.auth_file = a.auth_file.clone();
         }
         self.enable_sasl |= a.enable_sasl;
+        // As memcached: SASL is binary-only, so -S implies `-B binary` and refuses another -B.
+        if self.enable_sasl {
+            match a.protocol {
+                None | Some(Protocol::Binary) => self.protocol = Protocol::Binary,
+                Some(_) => bail!("-S: you cannot allow the ASCII protocol while using SASL"),
+            }
+        }
         if let Some(secs) = a.tls_handshake_timeout {
             self.tls.handshake_timeout_secs = secs;
         }

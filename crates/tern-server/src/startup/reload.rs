@@ -35,7 +35,8 @@ impl Reloader {
                 return Some(signal);
             }
             notify::reloading();
-            for auth in [&shared.auth, &shared.sasl].into_iter().flatten() {
+            let pwdb = shared.sasl.as_ref().and_then(|s| s.pwdb.as_deref());
+            for auth in [shared.auth.as_ref(), pwdb].into_iter().flatten() {
                 match auth.reload() {
                     Ok(users) => {
                         tracing::info!("SIGHUP: re-read {}: {users} users", auth.path.display())

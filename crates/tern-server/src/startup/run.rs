@@ -16,7 +16,8 @@ use tern_store::{Clock, Config, PageKind, Store};
 use crate::config::{IoEngine, ServeArgs, Settings};
 use crate::startup::placement::Placement;
 use crate::startup::{notify, process, reload, restart, takeover};
-use crate::state::credentials::{self, AuthFile};
+use crate::state::credentials::AuthFile;
+use crate::state::sasl::Sasl;
 use crate::state::shared::{self, Shared};
 use crate::state::tls_config::Tls;
 use crate::state::watch;
@@ -62,7 +63,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let sasl = match settings.enable_sasl {
-        true => Some(credentials::sasl_pwdb()?),
+        true => Some(Sasl::init()?),
         false => None,
     };
     // Before any socket or the memory file: the old server's sockets come over, and its items

@@ -1,4 +1,4 @@
-//! The users of `-Y/--auth-file` and `-S` (`MEMCACHED_SASL_PWDB`), and the authentication
+//! The users of `-Y/--auth-file` and of `-S`'s `MEMCACHED_SASL_PWDB`, and the authentication
 //! counters: server-wide state the transport's gate checks passwords against and SIGHUP reloads.
 //!
 //! The file holds `user:password` lines, as memcached reads them; beyond memcached, the password
@@ -116,15 +116,6 @@ fn read(path: &Path) -> anyhow::Result<Vec<Entry>> {
         });
     }
     Ok(entries)
-}
-
-/// `-S`: the `user:password` file `MEMCACHED_SASL_PWDB` names, as memcached's
-/// `--enable-sasl-pwdb` build reads it.
-pub fn sasl_pwdb() -> anyhow::Result<AuthFile> {
-    let Some(path) = std::env::var_os("MEMCACHED_SASL_PWDB") else {
-        anyhow::bail!("-S: set MEMCACHED_SASL_PWDB to the user:password file SASL PLAIN checks");
-    };
-    AuthFile::load(Path::new(&path))
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ pub mod conn_table;
 pub mod credentials;
 pub mod prefix_stats;
 pub mod recording;
+pub mod sasl;
 pub mod shared;
 pub mod tls_config;
 pub mod watch;

@@ -3,7 +3,7 @@
 //! shows about itself from them: the snapshot behind every `stats` group and the admin
 //! endpoint ([`ServerAdmin`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tern_admin::stats_text::{ConnInfo, ConnState};
@@ -18,6 +18,7 @@ use crate::state::conn_table::{ConnEntry, ConnTables};
 use crate::state::credentials::AuthFile;
 use crate::state::prefix_stats::PrefixStats;
 use crate::state::recording::WorkerState;
+use crate::state::sasl::Sasl;
 use crate::state::tls_config::Tls;
 use crate::state::watch::{CloseReason, Peer, Watchers};
 
@@ -57,8 +58,9 @@ pub struct Shared {
     pub tls: Option<Arc<Tls>>,
     /// `-Y`: the users, and the authentication counters.
     pub auth: Option<AuthFile>,
-    /// `-S`: SASL PLAIN's users (`MEMCACHED_SASL_PWDB`), and the authentication counters.
-    pub sasl: Option<AuthFile>,
+    /// `-S`: SASL through libsasl2 (and `MEMCACHED_SASL_PWDB`'s users), and the authentication
+    /// counters.
+    pub sasl: Option<Sasl>,
     /// Workers that stopped accepting, for `listen_disabled_num` and its time.
     pub listen_pauses: ListenPauses,
 }
@@ -353,16 +355,16 @@ impl Shared {
     /// `auth_errors`: those refused), then its TLS lines, present with `-Z` only
     /// (`ssl_new_sessions` with the session cache only).
     pub fn security_stats(&self) -> Vec<(String, String)> {
-        let (attempts, failures) = self
-            .auth
-            .as_ref()
-            .or(self.sasl.as_ref())
-            .map_or((0, 0), |a| {
-                (
-                    a.attempts.load(Ordering::Relaxed),
-                    a.failures.load(Ordering::Relaxed),
-                )
-            });
+        static ZERO: AtomicU64 = AtomicU64::new(0);
+        let (attempts, failures) = match (&self.auth, &self.sasl) {
+            (Some(a), _) => (&a.attempts, &a.failures),
+            (None, Some(s)) => (&s.attempts, &s.failures),
+            (None, None) => (&ZERO, &ZERO),
+        };
+        let (attempts, failures) = (
+            attempts.load(Ordering::Relaxed),
+            failures.load(Ordering::Relaxed),
+        );
         let mut lines = vec![
             ("auth_cmds".to_string(), attempts.to_string()),
             ("auth_errors".to_string(), failures.to_string()),

@@ -2,33 +2,40 @@
 //! `-Y`, until a connection authenticates, its first request must be the authenticating `set
 //! <key> <flags> <exptime> <len>` whose data is `<user> <password>`; anything else, in any wire
 //! format (classic, meta or binary), is answered `CLIENT_ERROR unauthenticated` and the
-//! connection closed, as memcached does. With `-S`, SASL PLAIN over the binary protocol. The
+//! connection closed, as memcached does. With `-S`, SASL (libsasl2) over the binary protocol. The
 //! check runs once per connection, at the serve loop's entry (`conn.rs` calls [`gate`]), so no
 //! wire format needs one of its own. The users and their passwords are server-wide state
-//! ([`AuthFile`]).
+//! ([`AuthFile`], [`Sasl`]); a connection's SASL exchange is its own ([`SaslConn`]).
 
 use std::sync::atomic::Ordering;
 
 use tern_proto::ascii::{self, Command, Frame, StoreKind};
 
 use crate::state::credentials::AuthFile;
+use crate::state::sasl::{Outcome, Sasl, SaslConn};
 use crate::wire::framing::Replies;
 
 pub const UNAUTHENTICATED: &[u8] = b"CLIENT_ERROR unauthenticated\r\n";
 pub const FAILURE: &[u8] = b"CLIENT_ERROR authentication failure\r\n";
 
-/// The SASL mechanisms tern offers.
-const MECHANISMS: &[u8] = b"PLAIN";
 const SASL_LIST_MECHS: u8 = 0x20;
 const SASL_AUTH: u8 = 0x21;
 const SASL_STEP: u8 = 0x22;
+/// memcached's `MAX_SASL_MECH_LEN`: a longer mechanism name is refused as invalid.
+const MAX_MECH_LEN: usize = 32;
 
 /// `-S`: an unauthenticated connection's binary frames, as memcached serves them: the mechanism
-/// list, `version`, and PLAIN authentication (`\0user\0password`, an authorization identity
-/// before the first NUL ignored) answer; a failed authentication answers `Auth failure.`
-/// (status 0x20) and may be retried; any other request gets status 0x20 and the connection is
-/// closed. Text is refused by closing the connection, unanswered.
-pub fn sasl_gate(auth: &AuthFile, input: &[u8], out: &mut impl Replies) -> Gate {
+/// list, `version`, and SASL authentication through libsasl2 (`sasl`: the connection's SASL
+/// state, made on its first SASL request and kept until it closes). An exchange that needs
+/// another step (CRAM-MD5's challenge) answers status 0x21 with the challenge; a failed one
+/// answers `Auth failure.` (status 0x20) and may be retried; any other request gets status
+/// 0x20 and the connection is closed. Text is refused by closing the connection, unanswered.
+pub fn sasl_gate(
+    server: &Sasl,
+    sasl: &mut Option<SaslConn>,
+    input: &[u8],
+    out: &mut impl Replies,
+) -> Gate {
     use tern_proto::binary::{self as bin, ResponseHeader, Status, HEADER_LEN};
     let mut consumed = 0;
     loop {
@@ -64,29 +71,51 @@ pub fn sasl_gate(auth: &AuthFile, input: &[u8], out: &mut impl Replies) -> Gate 
         consumed += frame.len();
         let key = &frame[HEADER_LEN + extras_len..HEADER_LEN + extras_len + key_len];
         let value = &frame[HEADER_LEN + extras_len + key_len..];
-        let reply = |out: &mut Vec<u8>, body: &[u8]| {
+        let reply = |out: &mut Vec<u8>, status: Status, body: &[u8]| {
             ResponseHeader {
                 body_len: body.len() as u32,
-                ..ResponseHeader::new(opcode, Status::Success, opaque)
+                ..ResponseHeader::new(opcode, status, opaque)
             }
             .write(out);
             out.extend_from_slice(body);
         };
-        match opcode {
-            SASL_LIST_MECHS => reply(out.buf(), MECHANISMS),
-            0x0b => bin::write_version(out.buf(), opaque, crate::ops::VERSION),
-            SASL_AUTH | SASL_STEP => {
-                auth.attempts.fetch_add(1, Ordering::Relaxed);
-                let mut fields = value.splitn(3, |&b| b == 0);
-                let (_authzid, user, password) = (fields.next(), fields.next(), fields.next());
-                let ok = opcode == SASL_AUTH
-                    && key == MECHANISMS
-                    && matches!((user, password), (Some(u), Some(p)) if auth.check(u, p));
-                if ok {
-                    reply(out.buf(), b"Authenticated");
-                    return Gate::Open { consumed };
+        if matches!(opcode, SASL_LIST_MECHS | SASL_AUTH | SASL_STEP) && sasl.is_none() {
+            *sasl = server.conn();
+        }
+        match (opcode, sasl.as_mut()) {
+            (0x0b, _) => bin::write_version(out.buf(), opaque, crate::ops::VERSION),
+            (SASL_LIST_MECHS, Some(conn)) => match conn.mechanisms() {
+                Some(list) => reply(out.buf(), Status::Success, &list),
+                None => bin::write_error(out.buf(), opcode, opaque, Status::AuthError),
+            },
+            (SASL_AUTH | SASL_STEP, _) if key_len > MAX_MECH_LEN => {
+                bin::write_error(out.buf(), opcode, opaque, Status::InvalidArguments);
+            }
+            (SASL_AUTH | SASL_STEP, Some(conn)) => {
+                let outcome = match opcode {
+                    SASL_AUTH => conn.start(key, value),
+                    _ => conn.step(value),
+                };
+                match outcome {
+                    Outcome::Authenticated => {
+                        server.attempts.fetch_add(1, Ordering::Relaxed);
+                        reply(out.buf(), Status::Success, b"Authenticated");
+                        return Gate::Open { consumed };
+                    }
+                    // As memcached: a step to come is not counted in `auth_cmds`.
+                    Outcome::Continue(challenge) => {
+                        reply(out.buf(), Status::AuthContinue, &challenge)
+                    }
+                    Outcome::Failed => {
+                        server.attempts.fetch_add(1, Ordering::Relaxed);
+                        server.failures.fetch_add(1, Ordering::Relaxed);
+                        bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
+                    }
                 }
-                auth.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            (SASL_LIST_MECHS | SASL_AUTH | SASL_STEP, None) => {
+                server.attempts.fetch_add(1, Ordering::Relaxed);
+                server.failures.fetch_add(1, Ordering::Relaxed);
                 bin::write_error(out.buf(), opcode, opaque, Status::AuthError);
             }
             _ => {

@@ -14,6 +14,7 @@ use tern_store::DumpCursor;
 use crate::config;
 use crate::ops::Ops;
 use crate::state::recording::monotonic_nanos;
+use crate::state::sasl::SaslConn;
 use crate::state::watch::CloseReason;
 use crate::transport::auth::{self, Gate};
 use crate::transport::buffers::{BufferPool, BUFFER};
@@ -80,8 +81,10 @@ pub struct Conn {
     watch_id: Option<u64>,
     /// Where a `lru_crawler metadump` stands: lines are produced as the client takes them.
     metadump: Option<DumpCursor>,
-    /// Passed `-Y`'s authentication (unused without it).
+    /// Passed `-Y`'s or `-S`'s authentication (unused without them).
     authenticated: bool,
+    /// `-S`: the connection's SASL exchange, from its first SASL request until it closes.
+    sasl: Option<SaslConn>,
     /// When input last came in, or replies last waited to be sent ([`monotonic_nanos`]): what
     /// `-o idle_timeout` measures from. Set from the clock read a turn with input makes anyway.
     last_active: u64,
@@ -183,6 +186,7 @@ impl Conn {
             watch_id: None,
             metadump: None,
             authenticated: false,
+            sasl: None,
             last_active: monotonic_nanos(),
         }
     }
@@ -481,13 +485,14 @@ impl Conn {
             }
             let gate = match (&ops.shared.auth, &ops.shared.sasl) {
                 (Some(auth), _) => auth::gate(auth, input, limits.max_line, &mut out),
-                (None, Some(sasl)) => auth::sasl_gate(sasl, input, &mut out),
+                (None, Some(sasl)) => auth::sasl_gate(sasl, &mut self.sasl, input, &mut out),
                 (None, None) => Gate::Open { consumed: 0 },
             };
             match gate {
                 Gate::Open { consumed } => {
                     self.rstart += consumed;
                     self.authenticated = true;
+                    self.sasl = None;
                 }
                 // Every request waiting in the buffer is answered in this turn.
                 Gate::Wait { consumed } => self.rstart += consumed,
