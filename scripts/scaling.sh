@@ -3,9 +3,10 @@
 # N single-thread tern instances behind client-side ketama, for N = 1, 2, 4, 8 server cores,
 # each at saturation (closed loop, pipelined) and at the SLO (tern bench slo --p999 2ms, open
 # loop, unpipelined, 50 connections per server core), with the servers' CPU per request and the
-# generator's own CPU.
+# generator's own CPU; tern and memcached also at saturation with hot keys (zipf 1.2 instead of
+# uniform keys), reported as a share of the uniform throughput.
 #
-#   scripts/scaling.sh            # the full study (about 6 minutes on 16 cores)
+#   scripts/scaling.sh            # the full study (about 7 minutes on 16 cores)
 #   scripts/scaling.sh --quick    # N = 1, short runs (a 2-core machine)
 #
 # Environment: TERN (default target/release/tern), MEMCACHED (default: memcached on PATH),
@@ -48,6 +49,7 @@ rm -f "$OUT"/raw/*.json "$OUT"/raw/*.stdout "$OUT"/raw/*.stderr "$OUT"/logs/*.lo
 
 # The study's parameters.
 KEYS=100000 VALUE=256 MIX=get:8,set:2 P999=2ms
+HOT_ZIPF=1.2                 # the hot-key run's key distribution (tern and memcached only)
 SAT_CONNS=32 SAT_PIPELINE=16 # per generator thread (a pool: divided over its servers)
 SLO_CONNS_PER_CORE=50        # unpipelined connections per server core
 if [ "$quick" = 1 ]; then
@@ -81,7 +83,8 @@ kinds, ns, sw, sd, lw, ld, prec = (float(a) for a in sys.argv[1:])
 # least 30% of the top (a lower one takes a probe or two more)
 probes = 3 + math.ceil(math.log2(1.2 / (prec * 0.3)))
 per_config = 1.0 + (0.7 + sw + sd) + (0.5 + probes * (lw + ld + 0.2))
-print(round(kinds * ns * per_config))
+hot = 2 * ns * (0.7 + sw + sd)  # tern's and memcached's zipf saturation runs
+print(round(kinds * ns * per_config + hot))
 PY
 )
 python3 - "$OUT/plan.json" <<PY
@@ -92,7 +95,7 @@ json.dump({
   "kinds": "$KINDS".split(), "tern": "$TERN", "memcached": "$MEMCACHED",
   "tern_version": """$("$TERN" --version 2>&1 | head -1)""",
   "memcached_version": """$("$MEMCACHED" -V 2>&1 | head -1)""",
-  "params": {"keys": $KEYS, "value_size": $VALUE, "mix": "$MIX", "p999": "$P999",
+  "params": {"keys": $KEYS, "value_size": $VALUE, "mix": "$MIX", "p999": "$P999", "hot_zipf": $HOT_ZIPF,
     "sat": {"connections_per_thread": $SAT_CONNS, "pipeline": $SAT_PIPELINE,
             "warmup_s": $SAT_WARMUP, "duration_s": $SAT_SECS},
     "slo": {"connections_per_server_core": $SLO_CONNS_PER_CORE, "pipeline": 1, "arrivals": "poisson",
@@ -279,6 +282,12 @@ for n in "${runnable[@]}"; do
     measure "$OUT/raw/$kind-$n-slo.json" "$SLO_LIMIT" "$gen_cpus" "$spids" "$(meta slo "$slo_c")" -- \
       "$TERN" bench slo "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$slo_c" -p 1 --arrivals poisson \
       --p999 "$P999" --precision "$PRECISION" --warmup "${SLO_WARMUP}s" -d "${SLO_SECS}s" "${common[@]}"
+    if [ "$kind" != ketama ]; then
+      echo "[$(( SECONDS - t_start ))s] $kind N=$n: saturation, hot keys (zipf $HOT_ZIPF)"
+      measure "$OUT/raw/$kind-$n-hot.json" "$SAT_LIMIT" "$gen_cpus" "$spids" "$(meta hot "$sat_c")" -- \
+        "$TERN" bench run "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$sat_c" -p "$SAT_PIPELINE" \
+        --warmup "${SAT_WARMUP}s" -d "${SAT_SECS}s" --key-distribution "zipf:$HOT_ZIPF" "${common[@]}"
+    fi
     stop_servers
   done
 done
@@ -303,7 +312,7 @@ for kind in plan["kinds"]:
     base_sat = base_slo = None
     for n in plan["ns"]:
         row = {"kind": kind, "n": n, "skipped": n not in plan["runnable"]}
-        sat, slo = by.get((kind, n, "sat")), by.get((kind, n, "slo"))
+        sat, slo, hot = by.get((kind, n, "sat")), by.get((kind, n, "slo")), by.get((kind, n, "hot"))
         if sat:
             rep = sat["report"] or {}
             row["sat_ops"] = rep.get("ops_per_sec")
@@ -315,6 +324,10 @@ for kind in plan["kinds"]:
             busy = sat["gen_cores_busy_measured"]
             row["gen_cpu_pct"] = None if busy is None else 100 * busy / sat["meta"]["threads"]
             row["sat_rc"] = sat["rc"]
+        if hot:
+            row["hot_ops"] = (hot["report"] or {}).get("ops_per_sec")
+            if row["hot_ops"] and row.get("sat_ops"):
+                row["hot_share"] = row["hot_ops"] / row["sat_ops"]
         if slo:
             rep = slo["report"] or {}
             best = rep.get("best")
@@ -336,7 +349,7 @@ for kind in plan["kinds"]:
         rows.append(row)
         name = label[kind].replace("N", str(n)) if kind != "ketama" else f"{n} x tern -t 1, ketama"
         if row["skipped"]:
-            table.append(f"| {name} | {n} | skipped: needs more than {n} CPUs, have {len(plan['cpus'])} | | | | | | |")
+            table.append(f"| {name} | {n} | skipped: needs more than {n} CPUs, have {len(plan['cpus'])} | | | | | | | |")
             continue
         if "slo_ops" in row:
             slo_ops, slo_p = num(row["slo_ops"]), num(row["slo_p999_us"])
@@ -351,10 +364,16 @@ for kind in plan["kinds"]:
             gen += " (generator-bound?)"
         if not row.get("sat_ops"):
             row["sat_ops"] = None
-            table.append(f"| {name} | {n} | failed (rc {row.get('sat_rc')}, see raw/{kind}-{n}-sat.json.stderr) | | | | | | |")
+            table.append(f"| {name} | {n} | failed (rc {row.get('sat_rc')}, see raw/{kind}-{n}-sat.json.stderr) | | | | | | | |")
             continue
+        if kind == "ketama":
+            hot_cell = "not run"
+        elif row.get("hot_ops"):
+            hot_cell = f"{num(row['hot_ops'])} ({row['hot_share']:.2f}x)"
+        else:
+            hot_cell = "failed"
         table.append(f"| {name} | {n} | {num(row.get('sat_ops'))} | {num(row.get('cpu_us_per_req'), 2)} | "
-                     f"{spd('speedup_sat')} | {slo_ops} | {slo_p} | {spd('speedup_slo')} | {gen} |")
+                     f"{spd('speedup_sat')} | {slo_ops} | {slo_p} | {spd('speedup_slo')} | {hot_cell} | {gen} |")
 
 p = plan["params"]
 md = [f"Scaling study ({plan['mode']}), {plan['date']} on {plan['host']} ({len(plan['cpus'])} CPUs), "
@@ -366,9 +385,9 @@ md = [f"Scaling study ({plan['mode']}), {plan['date']} on {plan['host']} ({len(p
       f"{p['slo']['probe_s']} s probes, precision {p['slo']['precision']}. Measured in {elapsed} s; "
       f"load average {' '.join(plan['loadavg_start'])} before, {' '.join(plan['loadavg_end'])} after.",
       "",
-      "| server | N | saturation ops/s | server CPU µs/request | speed-up | SLO ops/s (p99.9 <= %s) | p99.9 µs there | SLO speed-up | generator CPU (saturation) |" % p["p999"],
-      "|---|---|---|---|---|---|---|---|---|"] + table + ["",
-      "Speed-up: against the same server at N = 1. Server CPU: all its threads (tern bench's /proc "
+      "| server | N | saturation ops/s | server CPU µs/request | speed-up | SLO ops/s (p99.9 <= %s) | p99.9 µs there | SLO speed-up | hot keys: zipf %s saturation ops/s (x uniform) | generator CPU (saturation) |" % (p["p999"], p["hot_zipf"]),
+      "|---|---|---|---|---|---|---|---|---|---|"] + table + ["",
+      "Speed-up: against the same server at N = 1. Hot keys: the saturation run again with zipf-distributed keys, as a share of the uniform run. Server CPU: all its threads (tern bench's /proc "
       "figure; for a ketama pool the sum over its instances, sampled every 50 ms). Generator CPU: "
       "tern bench's user + system time over the measured phase, as a share of its cores (one "
       "thread per CPU not given to the server); near 100% the generator, not the server, may be the limit."]
