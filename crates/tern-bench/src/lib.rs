@@ -121,6 +121,9 @@ pub struct WorkloadArgs {
     /// connection is a `disconnected` error and its requests go unanswered.
     #[arg(long)]
     pub reconnect: bool,
+    /// Pin generator thread i to the (i mod n)-th CPU of this list (`8-15`, `2,4,6`).
+    #[arg(long, value_name = "CPUS")]
+    pub pin: Option<String>,
 }
 
 impl WorkloadArgs {
@@ -170,6 +173,9 @@ impl WorkloadArgs {
         }
         if self.reconnect {
             w.reconnect = true;
+        }
+        if self.pin.is_some() {
+            w.pin = self.pin.clone();
         }
         if self.requests.is_some() {
             w.requests = self.requests;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
+use tern_tune::pin;
 
 use crate::cpu::{self, CpuReport, CpuSample};
 use crate::engine::{Job, Tick, Worker};
@@ -78,6 +79,12 @@ fn spawn_all(
                 std::thread::Builder::new()
                     .name(format!("tern-bench-{thread}"))
                     .spawn_scoped(scope, move || {
+                        if !plan.pin.is_empty() {
+                            let cpu = plan.pin[thread % plan.pin.len()];
+                            pin::pin_current_thread(cpu).with_context(|| {
+                                format!("pin generator thread {thread} to CPU {cpu}")
+                            })?;
+                        }
                         Worker::new(plan, ring, job, thread)?.run(start, ticks.as_ref())
                     })
                     .expect("spawn a generator thread")

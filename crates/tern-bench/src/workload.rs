@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context};
 use serde::{Deserialize, Serialize};
 use tern_proto::client::{Dialect, Op};
+use tern_tune::CpuSet;
 
 /// A workload as written in a TOML file (every field optional; see docs/bench.md for the format).
 /// Strings are kept as written so a run's JSON echoes exactly what was asked.
@@ -57,6 +58,10 @@ pub struct Workload {
     /// When the server closes a connection, open a new one and send again what it left
     /// unanswered (as memcached clients do across a server's restart or hand-over).
     pub reconnect: bool,
+    /// Generator threads' CPUs (a CPU list: `8-15`, `2,4,6`): thread i runs on the list's
+    /// (i mod length)-th CPU. Unpinned threads migrate, and a second thread on a CPU delays
+    /// the first's sends by a scheduler slice, which shows up as the server's tail latency.
+    pub pin: Option<String>,
 }
 
 impl Default for Workload {
@@ -84,6 +89,7 @@ impl Default for Workload {
             arrivals: "constant".into(),
             seed: 1,
             reconnect: false,
+            pin: None,
         }
     }
 }
@@ -202,6 +208,8 @@ pub struct Plan {
     pub poisson: bool,
     pub seed: u64,
     pub reconnect: bool,
+    /// `pin`'s CPUs in order; empty: unpinned.
+    pub pin: Vec<usize>,
 }
 
 fn duration(field: &str, text: &str) -> anyhow::Result<Duration> {
@@ -393,6 +401,13 @@ impl Plan {
             poisson,
             seed: w.seed,
             reconnect: w.reconnect,
+            pin: match &w.pin {
+                Some(list) => CpuSet::parse(list)
+                    .with_context(|| format!("pin = {list:?}"))?
+                    .iter()
+                    .collect(),
+                None => Vec::new(),
+            },
         })
     }
 

@@ -293,3 +293,27 @@ fn plain_run_is_the_default_subcommand() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--hdr records a single run"));
 }
+
+#[test]
+fn pin_places_generator_threads_and_refuses_a_cpu_it_cannot_use() {
+    let mc = ServerProcess::memcached(&[]);
+    let server = format!("127.0.0.1:{}", mc.port);
+    let allowed = tern_tune::pin::current_thread_affinity().expect("read this thread's CPUs");
+    let cpu = allowed.first().expect("some CPU").to_string();
+    let doc: Value = serde_json::from_str(&ok(&tern_bench(&[
+        "-s", &server, "-t", "2", "-n", "200", "--pin", &cpu, "--json",
+    ])))
+    .unwrap();
+    assert_eq!(
+        doc.pointer("/workload/pin"),
+        Some(&Value::from(cpu.as_str()))
+    );
+    assert_eq!(number(&doc, "/replies"), 200.0);
+    // A CPU this machine does not have: the thread cannot be placed, and the run says so.
+    let out = tern_bench(&["-s", &server, "-n", "200", "--pin", "4095"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CPU 4095"), "{err}");
+    let out = tern_bench(&["-s", &server, "-n", "200", "--pin", "2-1"]);
+    assert!(!out.status.success());
+}
