@@ -372,6 +372,26 @@ impl Header {
     }
 }
 
+/// For a frame whose header has arrived but not all of its body (see
+/// [`Parsed::Incomplete`]): a [`Reject`] answering it with `status` and skipping its `len`
+/// bytes, carrying its key when that has arrived. `None` before the header is in.
+pub fn reject_incomplete(buf: &[u8], len: usize, status: Status) -> Option<Reject<'_>> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    let h = Header::read(buf);
+    let key_start = HEADER_LEN + h.extras_len;
+    Some(Reject {
+        opcode: h.opcode,
+        opaque: h.opaque,
+        status: Some(status),
+        then: Then::Skip(len),
+        key: buf
+            .get(key_start..key_start + h.key_len)
+            .unwrap_or_default(),
+    })
+}
+
 /// Parses the request at the start of `buf`.
 ///
 /// `max_value_len` is the largest value the store accepts (memcached's `-I` minus overhead);
