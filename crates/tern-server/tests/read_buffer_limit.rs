@@ -199,6 +199,9 @@ fn value_of(key: u64, version: u64) -> Vec<u8> {
     value
 }
 
+/// One thread's churn: the `(key, version)`s stored, and how many sets were refused.
+type Churned = (Vec<(u64, u64)>, usize);
+
 /// Reads one reply line.
 fn read_line(stream: &mut TcpStream) -> io::Result<String> {
     let mut line = Vec::new();
@@ -212,8 +215,8 @@ fn read_line(stream: &mut TcpStream) -> io::Result<String> {
 
 /// One thread's churn: each round, every connection sends a set's line and all of its value
 /// but the end, then every one the end, so all of them hold a partial value at once; then the
-/// replies. Returns the versions acknowledged `STORED`, by key, and how many were refused.
-fn churn(port: u16, thread: usize) -> io::Result<(Vec<(u64, u64)>, usize)> {
+/// replies.
+fn churn(port: u16, thread: usize) -> io::Result<Churned> {
     let mut rng = Rng(thread as u64 + 1);
     let mut conns = (0..CONNS_PER_THREAD)
         .map(|_| TcpStream::connect(("127.0.0.1", port)))
@@ -271,7 +274,7 @@ fn a_churn_of_large_uploads_stays_within_the_memory_limit_plus_48_mib() {
         .args(["-m", &memory_mb.to_string(), "-t", "2"]);
     let server = ServerProcess::spawn(cmd, port);
 
-    let outcomes: Vec<io::Result<(Vec<(u64, u64)>, usize)>> = std::thread::scope(|scope| {
+    let outcomes: Vec<io::Result<Churned>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..THREADS)
             .map(|thread| scope.spawn(move || churn(port, thread)))
             .collect();

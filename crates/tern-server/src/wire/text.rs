@@ -527,10 +527,7 @@ fn get_value(
     });
 }
 
-/// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
-/// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
-/// its whole data block is in.
-#[allow(clippy::too_many_arguments)]
+/// The command a storage line is, as recorded.
 fn store_command(kind: StoreKind) -> Cmd {
     match kind {
         StoreKind::Set => Cmd::Set,
@@ -542,6 +539,10 @@ fn store_command(kind: StoreKind) -> Cmd {
     }
 }
 
+/// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
+/// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
+/// its whole data block is in.
+#[allow(clippy::too_many_arguments)]
 fn store(
     ops: &Ops<'_>,
     kind: StoreKind,
