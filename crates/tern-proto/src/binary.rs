@@ -748,6 +748,25 @@ mod tests {
         v
     }
 
+    #[test]
+    fn an_incomplete_frame_is_rejected_with_its_key_once_that_is_in() {
+        let f = frame(0x01, &[0; 8], b"key", &[b'v'; 1000], 9, 0);
+        let Parsed::Incomplete(len) = parse_request(&f[..500], MAX) else {
+            panic!("a partial frame parsed");
+        };
+        assert_eq!(len, f.len());
+        assert_eq!(reject_incomplete(&f[..23], len, Status::OutOfMemory), None);
+        let header_only = reject_incomplete(&f[..24], len, Status::OutOfMemory).unwrap();
+        assert_eq!(header_only.key, b"");
+        let reject = reject_incomplete(&f[..500], len, Status::OutOfMemory).unwrap();
+        assert_eq!(
+            (reject.opcode, reject.opaque, reject.key),
+            (0x01, 9, &b"key"[..])
+        );
+        assert_eq!(reject.status, Some(Status::OutOfMemory));
+        assert_eq!(reject.then, Then::Skip(f.len()));
+    }
+
     fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {
         let mut e = flags.to_be_bytes().to_vec();
         e.extend_from_slice(&exptime.to_be_bytes());
