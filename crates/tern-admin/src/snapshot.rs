@@ -346,14 +346,14 @@ pub fn general_stats(s: &Snapshot) -> Vec<(&'static str, String)> {
         ("total_connections", n(t.conns_opened)),
         ("rejected_connections", n(t.conns_rejected)),
         ("connection_structures", n(v.listeners + t.conns_peak)),
-        // The buffer pools allocate when empty and never refuse (no read_buf_mem_limit).
+        // Replies are not limited by read_buf_mem_limit: see docs/observability.md.
         ("response_obj_oom", zero()),
         ("response_obj_count", n(t.conn_buffers.response_obj_count)),
         ("response_obj_bytes", n(t.conn_buffers.response_obj_bytes)),
         ("read_buf_count", n(t.conn_buffers.read_buf_count)),
         ("read_buf_bytes", n(t.conn_buffers.read_buf_bytes)),
         ("read_buf_bytes_free", n(t.conn_buffers.read_buf_bytes_free)),
-        ("read_buf_oom", zero()),
+        ("read_buf_oom", n(t.read_buf_oom)),
         ("reserved_fds", n(v.reserved_fds)),
         ("cmd_get", n(m.cmd_get)),
         ("cmd_set", n(m.cmd_set)),

@@ -188,6 +188,7 @@ pub struct WorkerMetrics {
     conns_rejected: OwnedCounter,
     conn_yields: OwnedCounter,
     idle_kicks: OwnedCounter,
+    read_buf_oom: OwnedCounter,
     /// Gauges set by the worker's buffer pool, in [`ConnBuffers`]' order.
     conn_buffers: [AtomicU64; 5],
 }
@@ -232,6 +233,7 @@ impl Default for WorkerMetrics {
             conns_rejected: OwnedCounter::default(),
             conn_yields: OwnedCounter::default(),
             idle_kicks: OwnedCounter::default(),
+            read_buf_oom: OwnedCounter::default(),
             conn_buffers: Default::default(),
         }
     }
@@ -309,6 +311,12 @@ impl WorkerMetrics {
         self.conn_yields.add(1);
     }
 
+    /// Counts a read buffer refused for `-o read_buf_mem_limit` (memcached's `read_buf_oom`).
+    #[inline]
+    pub fn read_buf_oom(&self) {
+        self.read_buf_oom.add(1);
+    }
+
     /// Counts a connection closed for `-o idle_timeout` (memcached's `idle_kicks`).
     #[inline]
     pub fn idle_kick(&self) {
@@ -355,6 +363,7 @@ impl WorkerMetrics {
         s.conns_rejected = self.conns_rejected.get();
         s.conn_yields = self.conn_yields.get();
         s.idle_kicks = self.idle_kicks.get();
+        s.read_buf_oom = self.read_buf_oom.get();
         let [a, b, c, d, e] = self
             .conn_buffers
             .each_ref()
@@ -500,6 +509,8 @@ pub struct WorkerSnapshot {
     pub conn_yields: u64,
     /// Connections closed for being idle past `-o idle_timeout`.
     pub idle_kicks: u64,
+    /// Read buffers refused for `-o read_buf_mem_limit`.
+    pub read_buf_oom: u64,
     /// Connection buffers (gauges, kept as they are by `since`).
     pub conn_buffers: ConnBuffers,
 }
@@ -518,6 +529,7 @@ impl Default for WorkerSnapshot {
             conns_rejected: 0,
             conn_yields: 0,
             idle_kicks: 0,
+            read_buf_oom: 0,
             conn_buffers: ConnBuffers::default(),
         }
     }
@@ -566,6 +578,7 @@ impl WorkerSnapshot {
         d.conns_rejected = d.conns_rejected.saturating_sub(baseline.conns_rejected);
         d.conn_yields = d.conn_yields.saturating_sub(baseline.conn_yields);
         d.idle_kicks = d.idle_kicks.saturating_sub(baseline.idle_kicks);
+        d.read_buf_oom = d.read_buf_oom.saturating_sub(baseline.read_buf_oom);
         d
     }
 
@@ -590,6 +603,7 @@ impl WorkerSnapshot {
             total.conns_rejected += w.conns_rejected;
             total.conn_yields += w.conn_yields;
             total.idle_kicks += w.idle_kicks;
+            total.read_buf_oom += w.read_buf_oom;
             total.conn_buffers.merge(&w.conn_buffers);
         }
         total

@@ -372,6 +372,26 @@ impl Header {
     }
 }
 
+/// For a frame whose header has arrived but not all of its body (see
+/// [`Parsed::Incomplete`]): a [`Reject`] answering it with `status` and skipping its `len`
+/// bytes, carrying its key when that has arrived. `None` before the header is in.
+pub fn reject_incomplete(buf: &[u8], len: usize, status: Status) -> Option<Reject<'_>> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    let h = Header::read(buf);
+    let key_start = HEADER_LEN + h.extras_len;
+    Some(Reject {
+        opcode: h.opcode,
+        opaque: h.opaque,
+        status: Some(status),
+        then: Then::Skip(len),
+        key: buf
+            .get(key_start..key_start + h.key_len)
+            .unwrap_or_default(),
+    })
+}
+
 /// Parses the request at the start of `buf`.
 ///
 /// `max_value_len` is the largest value the store accepts (memcached's `-I` minus overhead);
@@ -726,6 +746,25 @@ mod tests {
         v.extend_from_slice(key);
         v.extend_from_slice(value);
         v
+    }
+
+    #[test]
+    fn an_incomplete_frame_is_rejected_with_its_key_once_that_is_in() {
+        let f = frame(0x01, &[0; 8], b"key", &[b'v'; 1000], 9, 0);
+        let Parsed::Incomplete(len) = parse_request(&f[..500], MAX) else {
+            panic!("a partial frame parsed");
+        };
+        assert_eq!(len, f.len());
+        assert_eq!(reject_incomplete(&f[..23], len, Status::OutOfMemory), None);
+        let header_only = reject_incomplete(&f[..24], len, Status::OutOfMemory).unwrap();
+        assert_eq!(header_only.key, b"");
+        let reject = reject_incomplete(&f[..500], len, Status::OutOfMemory).unwrap();
+        assert_eq!(
+            (reject.opcode, reject.opaque, reject.key),
+            (0x01, 9, &b"key"[..])
+        );
+        assert_eq!(reject.status, Some(Status::OutOfMemory));
+        assert_eq!(reject.then, Then::Skip(f.len()));
     }
 
     fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {

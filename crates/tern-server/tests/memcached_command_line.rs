@@ -305,7 +305,12 @@ fn every_extended_option_of_debians_memcached_starts_tern_as_it_starts_memcached
         memcached_port,
     );
     let (ours, theirs) = (tern.settings(), memcached.settings());
-    for name in ["maxconns_fast", "hashpower_init", "idle_timeout"] {
+    for name in [
+        "maxconns_fast",
+        "hashpower_init",
+        "idle_timeout",
+        "read_buf_mem_limit",
+    ] {
         assert_eq!(ours.get(name), theirs.get(name), "stats settings {name}");
     }
     let warning = tern.stderr();
@@ -313,8 +318,14 @@ fn every_extended_option_of_debians_memcached_starts_tern_as_it_starts_memcached
         let name = option_name(item);
         let named = mentions(&warning, name);
         // What acts, or does nothing in memcached either, is not in the warning.
-        let acts =
-            ["modern", "maxconns_fast", "idle_timeout"].contains(&name) || name.starts_with("ssl_");
+        let acts = [
+            "modern",
+            "maxconns_fast",
+            "idle_timeout",
+            "read_buf_mem_limit",
+        ]
+        .contains(&name)
+            || name.starts_with("ssl_");
         assert_eq!(named, !acts, "{name} in the start-up warning:\n{warning}");
     }
 

@@ -135,6 +135,12 @@ pub struct ServeArgs {
     /// `-o idle_timeout`) [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
+    /// The most memory, in megabytes, all connections' read buffers may grow to hold values
+    /// still arriving (past their standard 16 KiB); a storage command whose value would pass
+    /// it is answered "SERVER_ERROR out of memory storing object". 0: no limit (memcached's
+    /// `-o read_buf_mem_limit`) [default: 16].
+    #[arg(long, value_name = "MB")]
+    pub read_buf_mem_limit: Option<u64>,
     /// At the connection limit, answer a new client "ERROR Too many open connections" and close
     /// it (true), or stop accepting until a connection closes (false) (memcached's
     /// `-o maxconns_fast` / `no_maxconns_fast`) [default: true].

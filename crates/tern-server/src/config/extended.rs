@@ -8,7 +8,7 @@ use anyhow::bail;
 
 use super::ignored::Reason;
 use super::Settings;
-use Effect::{Hashpower, IdleTimeout, MaxconnsFast, NoModern, Nothing};
+use Effect::{Hashpower, IdleTimeout, MaxconnsFast, NoModern, Nothing, ReadBufMemLimit};
 use Value::{Flag, Int, IntOrNothing, Number, OneOf, Text};
 
 /// What an option's value must look like; memcached's own checks, so that a command line
@@ -32,6 +32,8 @@ enum Value {
 enum Effect {
     MaxconnsFast(bool),
     IdleTimeout,
+    /// In megabytes, as memcached's.
+    ReadBufMemLimit,
     Hashpower,
     /// `no_modern`: memcached 1.4's defaults; only its `no_maxconns_fast` means something here.
     NoModern,
@@ -116,11 +118,7 @@ const OPTIONS: &[Opt] = &[
         Int(0, U32),
         Effect::Ignored(Reason::LogBuffers),
     ),
-    opt(
-        "read_buf_mem_limit",
-        Int(0, U32),
-        Effect::Ignored(Reason::ConnBuffers),
-    ),
+    opt("read_buf_mem_limit", Int(0, U32), ReadBufMemLimit),
     opt(
         "resp_obj_mem_limit",
         Text,
@@ -198,6 +196,7 @@ pub(super) fn apply(settings: &mut Settings, arg: &str) -> anyhow::Result<()> {
         match opt.effect {
             MaxconnsFast(on) => settings.maxconns_fast = on,
             IdleTimeout => settings.idle_timeout_secs = number.unwrap_or_default(),
+            ReadBufMemLimit => settings.read_buf_mem_limit = number.unwrap_or_default() << 20,
             Hashpower => settings.hashpower = number.map(|n| n as u32),
             NoModern => {
                 settings.maxconns_fast = false;
@@ -262,7 +261,7 @@ pub(super) fn help() -> String {
         "memcached's extended options: comma-separated, repeatable (-o modern,idle_timeout=60), \
          applied in order. Unknown options are refused, as memcached refuses them.\n\
          Acting: maxconns_fast, no_maxconns_fast (also --maxconns-fast), idle_timeout=SECS (also \
-         --idle-timeout), hashpower=12..32 (also --hashpower; shown in `stats settings`, the \
+         --idle-timeout), read_buf_mem_limit=MB (also --read-buf-mem-limit), hashpower=12..32 (also --hashpower; shown in `stats settings`, the \
          index grows by itself), no_modern (its no_maxconns_fast part), {} (with -Z).\n\
          Doing nothing, as in memcached 1.6: {}.\n\
          Accepted and ignored, named in a start-up warning:\n{ignored}\n\

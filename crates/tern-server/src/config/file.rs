@@ -33,6 +33,7 @@ pub(super) struct FileConfig {
     disable_watch: Option<bool>,
     prefix_delimiter: Option<String>,
     idle_timeout: Option<u64>,
+    read_buf_mem_limit: Option<u64>,
     maxconns_fast: Option<bool>,
     hashpower: Option<u32>,
     verbose: Option<u8>,
@@ -109,6 +110,9 @@ impl Settings {
         );
         if f.admin_port.is_some() {
             self.admin_port = f.admin_port;
+        }
+        if let Some(mb) = f.read_buf_mem_limit {
+            self.read_buf_mem_limit = mb << 20;
         }
         if f.hashpower.is_some() {
             self.hashpower = f.hashpower;

@@ -10,7 +10,6 @@ pub enum Reason {
     HashTable,
     NoModern,
     LogBuffers,
-    ConnBuffers,
     Deprecated,
     Extstore,
     Seccomp,
@@ -35,10 +34,6 @@ impl Reason {
                  defaults"
             }
             Reason::LogBuffers => "tern sizes its log buffers itself",
-            Reason::ConnBuffers => {
-                "tern bounds each connection's buffers itself: it stops reading from a client \
-                 with 1 MiB of replies unsent"
-            }
             Reason::Deprecated => "memcached no longer uses it either",
             Reason::Extstore => "tern has no external storage, memcached's extstore",
             Reason::Seccomp => "tern installs no seccomp filter",

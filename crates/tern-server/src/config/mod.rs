@@ -73,6 +73,11 @@ impl IoEngine {
     }
 }
 
+/// tern's `read_buf_mem_limit` when none is given (memcached's default is none): 16 MiB, so that
+/// beside the standard buffers of 1,000 connections with a partial request (16 MiB) a server
+/// stays within `-m` + 48 MiB however many clients upload large values at once.
+pub const DEFAULT_READ_BUF_MEM_LIMIT: u64 = 16 << 20;
+
 /// The settings the server runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -105,6 +110,9 @@ pub struct Settings {
     pub detail_enabled: bool,
     /// `-o idle_timeout`: close a connection idle this many seconds; 0 = never.
     pub idle_timeout_secs: u64,
+    /// `-o read_buf_mem_limit`, in bytes: the bound on read buffers grown for values still
+    /// arriving (`state::read_budget`); 0 = none.
+    pub read_buf_mem_limit: u64,
     /// `-o maxconns_fast`: at `-c`, refuse a new client with an error (true) or leave it
     /// waiting in the backlog until a connection closes (false).
     pub maxconns_fast: bool,
@@ -168,6 +176,7 @@ impl Default for Settings {
             prefix_delimiter: b':',
             detail_enabled: false,
             idle_timeout_secs: 0,
+            read_buf_mem_limit: DEFAULT_READ_BUF_MEM_LIMIT,
             maxconns_fast: true,
             hashpower: None,
             verbose: 0,
@@ -261,6 +270,9 @@ impl Settings {
             maxconns_fast => maxconns_fast, hotkey_sample_rate => hotkey_sample_rate,
             hotkey_window => hotkey_window_secs, io_engine => io_engine,
         );
+        if let Some(mb) = a.read_buf_mem_limit {
+            self.read_buf_mem_limit = mb << 20;
+        }
         if a.hashpower.is_some() {
             self.hashpower = a.hashpower;
         }

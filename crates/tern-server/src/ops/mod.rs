@@ -346,6 +346,22 @@ impl<'a> Ops<'a> {
         }
     }
 
+    /// A value refused before its data is read because no read buffer could grow to hold it
+    /// (`-o read_buf_mem_limit`): memcached's answer to an item it cannot allocate, counted as
+    /// its `store_no_memory` and, for a set, the old value removed (as [`Ops::too_large`]);
+    /// `read_buf_oom` counts the refused buffer.
+    pub fn no_buffer_memory(&self, cmd: Cmd, key: &[u8]) {
+        self.worker.metrics.read_buf_oom();
+        self.record(Cmd::Invalid, Outcome::NoMemory);
+        self.prefix(key, PrefixEvent::Set);
+        if self.shared.watchers.watching(Kind::Mutations) {
+            self.log_store(cmd, key, Outcome::NoMemory.label(), Expiry::NEVER, 0);
+        }
+        if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
+            self.store().delete(key);
+        }
+    }
+
     /// delete, conditioned on `expected_cas` when given.
     pub fn delete(&self, cmd: Cmd, key: &[u8], expected_cas: Option<u64>) -> Result<(), Refused> {
         self.delete_with(cmd, key, |store| store.delete_checked(key, expected_cas))

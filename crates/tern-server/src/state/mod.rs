@@ -28,6 +28,7 @@ pub const VERSION_REPLY: &str = concat!("VERSION ", version!(), "\r\n");
 pub mod conn_table;
 pub mod credentials;
 pub mod prefix_stats;
+pub mod read_budget;
 pub mod recording;
 pub mod sasl;
 pub mod shared;

@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::state::conn_table::{ConnEntry, ConnTables};
 use crate::state::credentials::AuthFile;
 use crate::state::prefix_stats::PrefixStats;
+use crate::state::read_budget::ReadBudget;
 use crate::state::recording::WorkerState;
 use crate::state::sasl::Sasl;
 use crate::state::tls_config::Tls;
@@ -37,6 +38,8 @@ pub struct Shared {
     pub conn_tables: ConnTables,
     /// Open client connections over all workers; checked against `-c` on accept.
     pub curr_connections: AtomicUsize,
+    /// `-o read_buf_mem_limit`: what every worker's grown read buffers are charged to.
+    pub read_budget: Arc<ReadBudget>,
     pub started: UnixSecs,
     /// Everything as it stood at the last `stats reset`.
     pub stats_baseline: Mutex<Option<Snapshot>>,
@@ -174,6 +177,7 @@ impl Shared {
 
     pub fn new(settings: Settings, store: Store) -> Shared {
         let started = store.clock().now();
+        let read_buf_mem_limit = settings.read_buf_mem_limit;
         let hot_keys = HotKeys::new(HotKeyConfig {
             sample_every: settings.hotkey_sample_rate,
             window: std::time::Duration::from_secs(settings.hotkey_window_secs),
@@ -192,6 +196,7 @@ impl Shared {
             settings,
             store,
             curr_connections: AtomicUsize::new(0),
+            read_budget: Arc::new(ReadBudget::new(read_buf_mem_limit)),
             started,
             stats_baseline: Mutex::new(None),
             shutdown: AtomicBool::new(false),
@@ -280,8 +285,7 @@ impl Shared {
             ("idle_timeout", &s.idle_timeout_secs),
             ("watcher_logbuf_size", &0),
             ("worker_logbuf_size", &0),
-            // No limit, as memcached's 0.
-            ("read_buf_mem_limit", &0),
+            ("read_buf_mem_limit", &s.read_buf_mem_limit),
             ("track_sizes", &"no"),
             ("inline_ascii_response", &"no"),
             ("ext_item_size", &0),

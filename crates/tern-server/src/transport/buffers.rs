@@ -4,7 +4,11 @@
 //! (as memcached's per-thread read buffer cache does). Buffers grown past their standard size
 //! for a large request or reply are freed rather than kept, which shrinks a connection back.
 
+use std::sync::Arc;
+
 use tern_admin::WorkerMetrics;
+
+use crate::state::read_budget::ReadBudget;
 
 /// The standard size of a read buffer and the capacity of a write buffer.
 pub const BUFFER: usize = 16 * 1024;
@@ -31,9 +35,40 @@ pub struct BufferPool {
     changed: bool,
     /// Free read buffers as last published.
     published_free: usize,
+    /// What read buffers grown past [`BUFFER`] are charged to (`-o read_buf_mem_limit`),
+    /// shared by every worker.
+    budget: Arc<ReadBudget>,
 }
 
 impl BufferPool {
+    pub fn new(budget: Arc<ReadBudget>) -> BufferPool {
+        BufferPool {
+            budget,
+            ..BufferPool::default()
+        }
+    }
+
+    /// Makes sure a connection's read buffer may grow to `size` bytes: `charged` is what the
+    /// connection holds of the budget, raised to `size` when the budget lends the difference.
+    /// False when it does not (the caller refuses the request).
+    pub fn charge_read(&self, charged: &mut usize, size: usize) -> bool {
+        if size <= BUFFER.max(*charged) {
+            return true;
+        }
+        if !self.budget.try_charge(size - *charged) {
+            return false;
+        }
+        *charged = size;
+        true
+    }
+
+    /// Gives back what a connection held of the budget, its grown buffer freed.
+    pub fn release_charge(&self, charged: &mut usize) {
+        if *charged != 0 {
+            self.budget.release(std::mem::take(charged));
+        }
+    }
+
     /// A read buffer of the standard size.
     #[inline]
     pub fn take_read(&mut self) -> Box<[u8]> {

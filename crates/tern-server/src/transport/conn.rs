@@ -55,6 +55,9 @@ pub struct Conn {
     need_exact: bool,
     /// Data bytes still to skip after a value refused as too large.
     swallow: usize,
+    /// What the connection holds of `-o read_buf_mem_limit`'s budget: the size of its grown
+    /// read buffer, or of the one a data block it waits for was promised; 0 with a standard one.
+    rbuf_charge: usize,
     /// No capacity while borrowed from no pool (nothing unsent).
     wbuf: Vec<u8>,
     wsent: usize,
@@ -104,6 +107,8 @@ enum Protocol {
 struct ConnReplies<'a> {
     wbuf: &'a mut Vec<u8>,
     wsent: usize,
+    rbuf_charge: &'a mut usize,
+    pool: &'a BufferPool,
 }
 
 impl Replies for ConnReplies<'_> {
@@ -115,6 +120,10 @@ impl Replies for ConnReplies<'_> {
     #[inline]
     fn backlogged(&self) -> bool {
         self.wbuf.len() - self.wsent > WRITE_HIGH_WATER
+    }
+
+    fn hold(&mut self, bytes: usize) -> bool {
+        self.pool.charge_read(self.rbuf_charge, bytes)
     }
 }
 
@@ -171,6 +180,7 @@ impl Conn {
             need: 0,
             need_exact: false,
             swallow: 0,
+            rbuf_charge: 0,
             wbuf: Vec::new(),
             wsent: 0,
             wbuf_extra: 0,
@@ -259,6 +269,7 @@ impl Conn {
         self.rstart = self.rend;
         self.wsent = self.wbuf.len();
         self.release_buffers(pool);
+        pool.release_charge(&mut self.rbuf_charge);
     }
 
     /// Returns the read buffer when no byte in it waits to be parsed and the write buffer when
@@ -268,6 +279,7 @@ impl Conn {
             self.rstart = 0;
             self.rend = 0;
             pool.put_read(std::mem::take(&mut self.rbuf));
+            pool.release_charge(&mut self.rbuf_charge);
         }
         if self.wsent == self.wbuf.len() {
             if self.wbuf.capacity() != 0 {
@@ -340,7 +352,7 @@ impl Conn {
         // from here, after the read, to the write of the batch's replies.
         let started = (self.rstart < self.rend).then(monotonic_nanos);
         self.ensure_wbuf(pool);
-        let served = self.serve(ops, limits);
+        let served = self.serve(ops, limits, pool);
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
             // The same read serves -o idle_timeout: input came in this turn.
@@ -401,7 +413,12 @@ impl Conn {
             self.rbuf = pool.take_read();
         }
         loop {
-            self.make_room(pool);
+            if !self.make_room(pool) {
+                // A line longer than the budget lets a buffer grow to: memcached closes a
+                // connection whose read buffer it cannot get.
+                ops.worker.metrics.read_buf_oom();
+                return Err(io::ErrorKind::OutOfMemory.into());
+            }
             if self.rend == self.rbuf.len() {
                 return Ok(true);
             }
@@ -431,15 +448,16 @@ impl Conn {
     /// Makes room at the end of the read buffer: compacts unparsed bytes to the front, grows the
     /// buffer only when the pending request needs more than it holds (`need`). With no room
     /// left and no need to grow, the buffer stays full: serving requests frees it. (A grown
-    /// buffer goes back to the pool, which frees it, once it holds nothing pending.)
-    fn make_room(&mut self, pool: &mut BufferPool) {
+    /// buffer goes back to the pool, which frees it, once it holds nothing pending.) False when
+    /// the buffer must grow and `-o read_buf_mem_limit` leaves no room for it.
+    fn make_room(&mut self, pool: &mut BufferPool) -> bool {
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
         }
         let len = self.rbuf.len();
         if len - self.rend >= MIN_READ_ROOM && len - self.rstart >= self.need {
-            return;
+            return true;
         }
         let pending = self.rend - self.rstart;
         if self.need > len {
@@ -449,23 +467,29 @@ impl Conn {
             } else {
                 self.need.max(len * 2)
             };
+            // A data block was charged when its command asked to wait for it; a long line is
+            // charged here.
+            if !pool.charge_read(&mut self.rbuf_charge, size) {
+                return false;
+            }
             let mut grown = pool.alloc_read(size);
             grown[..pending].copy_from_slice(&self.rbuf[self.rstart..self.rend]);
             pool.put_read(std::mem::replace(&mut self.rbuf, grown));
         } else if self.rstart > 0 {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
         } else {
-            return;
+            return true;
         }
         self.rstart = 0;
         self.rend = pending;
+        true
     }
 
     /// Serves buffered requests with the connection's protocol: skips what is left of a
     /// refused request first, then runs one serve loop over the buffer. `Some(true)` when it
     /// stopped at the `-R` cap with requests left, `None` when the connection must close at
     /// once.
-    fn serve(&mut self, ops: &Ops<'_>, limits: &Limits) -> Option<bool> {
+    fn serve(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &BufferPool) -> Option<bool> {
         if self.swallow > 0 {
             let skip = self.swallow.min(self.rend - self.rstart);
             self.rstart += skip;
@@ -478,6 +502,8 @@ impl Conn {
             let mut out = ConnReplies {
                 wbuf: &mut self.wbuf,
                 wsent: self.wsent,
+                rbuf_charge: &mut self.rbuf_charge,
+                pool,
             };
             let input = &self.rbuf[self.rstart..self.rend];
             if input.is_empty() {
@@ -522,6 +548,8 @@ impl Conn {
         let mut out = ConnReplies {
             wbuf: &mut self.wbuf,
             wsent: self.wsent,
+            rbuf_charge: &mut self.rbuf_charge,
+            pool,
         };
         // Closing (a shutdown's drain), only the get in progress is finished.
         let budget = if self.close_after_write {

@@ -163,6 +163,7 @@ impl Worker {
             // Long get lines (many keys) may grow up to the item size limit.
             max_line: s.max_item_size.max(ascii::MAX_LINE_WITHOUT_NEWLINE),
         };
+        let buffers = BufferPool::new(shared.read_budget.clone());
         Ok(Worker {
             id,
             shared,
@@ -179,7 +180,7 @@ impl Worker {
             waiting: VecDeque::new(),
             accept_retry: AcceptRetry::default(),
             idle_checked: 0,
-            buffers: BufferPool::default(),
+            buffers,
             holders: Vec::new(),
             handshakes_checked: 0,
         })

@@ -43,8 +43,28 @@ pub fn serve(ops: &Ops<'_>, input: &[u8], budget: usize, out: &mut impl Replies)
         let rest = &input[progress.consumed..];
         match bin::parse_request(rest, max_value) {
             Parsed::Incomplete(need) => {
-                progress.need = need;
-                break;
+                match bin::reject_incomplete(rest, need, Status::OutOfMemory) {
+                    // A frame the connection cannot hold while it arrives
+                    // (`-o read_buf_mem_limit`): memcached's answer to an item it cannot
+                    // allocate, and the frame skipped.
+                    Some(reject) if !out.hold(need) => {
+                        ops.no_buffer_memory(command_of(reject.opcode), reject.key);
+                        bin::write_error(
+                            out.buf(),
+                            reject.opcode,
+                            reject.opaque,
+                            Status::OutOfMemory,
+                        );
+                        out.request_done();
+                        if !progress.skip(need, input.len()) {
+                            break;
+                        }
+                    }
+                    _ => {
+                        progress.need = need;
+                        break;
+                    }
+                }
             }
             Parsed::Request(req, len) => {
                 progress.consumed += len;

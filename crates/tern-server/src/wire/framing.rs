@@ -61,6 +61,14 @@ pub trait Replies {
     #[inline]
     fn request_done(&mut self) {}
 
+    /// Whether the transport can hold a request of `bytes` bytes while the rest of it arrives:
+    /// a connection's read buffer grows only within `-o read_buf_mem_limit`. A datagram
+    /// arrives whole, so it has nothing to hold.
+    #[inline]
+    fn hold(&mut self, _bytes: usize) -> bool {
+        true
+    }
+
     /// True when so many replies wait for the client that serving should stop until it reads.
     #[inline]
     fn backlogged(&self) -> bool {

@@ -21,6 +21,17 @@ use tern_store::{Arith, Expiry, ItemView, Marks, Refused, StoreOp, StoreOutcome}
 use crate::ops::{ArithFailure, Ops};
 use crate::wire::framing::Step;
 
+/// Answers the `ms` line `line`, whose value the connection cannot hold while it arrives
+/// (`-o read_buf_mem_limit`), as memcached answers an item it cannot allocate: an error, sent
+/// whatever `q` says.
+pub fn refuse_unheld(ops: &Ops<'_>, line: &[u8], out: &mut Vec<u8>) {
+    match meta::parse(line) {
+        Ok(req) => ops.no_buffer_memory(Cmd::MetaSet, req.key.bytes()),
+        Err(_) => unreachable!("the line parsed a moment ago"),
+    }
+    meta::write_error(out, ErrorReply::OutOfMemory);
+}
+
 /// Runs the meta command `line` (no line ending); `after` holds the bytes that follow it.
 pub fn run(ops: &Ops<'_>, line: &[u8], after: &[u8], out: &mut Vec<u8>) -> Step {
     let req = match meta::parse(line) {

@@ -80,10 +80,15 @@ pub fn serve(
         let mut input_used_up = false;
         match step {
             Step::Done(data) => progress.consumed += line_len + data,
-            Step::Need(data) => {
+            Step::Need(data) if out.hold(line_len + data) => {
                 progress.need = line_len + data;
                 progress.need_exact = true;
                 break;
+            }
+            Step::Need(data) => {
+                refuse_unheld(ops, rest, max_line, out.buf());
+                progress.consumed += line_len;
+                input_used_up = !progress.skip(data, input.len());
             }
             Step::Swallow(data) => {
                 progress.consumed += line_len;
@@ -522,6 +527,18 @@ fn get_value(
     });
 }
 
+/// The command a storage line is, as recorded.
+fn store_command(kind: StoreKind) -> Cmd {
+    match kind {
+        StoreKind::Set => Cmd::Set,
+        StoreKind::Add => Cmd::Add,
+        StoreKind::Replace => Cmd::Replace,
+        StoreKind::Append => Cmd::Append,
+        StoreKind::Prepend => Cmd::Prepend,
+        StoreKind::Cas => Cmd::Cas,
+    }
+}
+
 /// A storage command; `data` holds the bytes after its line. A value larger than `-I` is refused
 /// at once and its data block skipped, arrived or not (memcached's swallow); any other runs once
 /// its whole data block is in.
@@ -538,14 +555,7 @@ fn store(
     data: &[u8],
     out: &mut Vec<u8>,
 ) -> Step {
-    let cmd = match kind {
-        StoreKind::Set => Cmd::Set,
-        StoreKind::Add => Cmd::Add,
-        StoreKind::Replace => Cmd::Replace,
-        StoreKind::Append => Cmd::Append,
-        StoreKind::Prepend => Cmd::Prepend,
-        StoreKind::Cas => Cmd::Cas,
-    };
+    let cmd = store_command(kind);
     let reply = |out: &mut Vec<u8>, text: &[u8]| {
         if !noreply {
             out.extend_from_slice(text);
@@ -586,6 +596,33 @@ fn store(
     };
     reply(out, text);
     Step::Done(block)
+}
+
+/// Answers the storage command at the start of `rest`, whose value the connection cannot hold
+/// while it arrives (`-o read_buf_mem_limit`), as memcached answers one it cannot allocate; the
+/// caller swallows the value. The line is parsed again: this path is rare, and keeping the
+/// parsed command for it would cost every request a copy.
+#[cold]
+fn refuse_unheld(ops: &Ops<'_>, rest: &[u8], max_line: usize, out: &mut Vec<u8>) {
+    let Frame::Line {
+        parsed: Ok(command),
+        ..
+    } = ascii::parse(rest, max_line)
+    else {
+        unreachable!("the line parsed a moment ago");
+    };
+    match command {
+        Command::Store {
+            kind, key, noreply, ..
+        } => {
+            ops.no_buffer_memory(store_command(kind), key);
+            if !noreply {
+                out.extend_from_slice(ascii::OUT_OF_MEMORY_STORING);
+            }
+        }
+        Command::Meta { line } => meta::refuse_unheld(ops, line, out),
+        _ => unreachable!("only storage commands wait for a data block"),
+    }
 }
 
 /// The `stats` family, rendered as `STAT` lines.

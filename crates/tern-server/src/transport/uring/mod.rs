@@ -225,6 +225,7 @@ impl Engine {
             max_line: s.max_item_size.max(ascii::MAX_LINE_WITHOUT_NEWLINE),
         };
         let accepting = vec![false; listeners.len()];
+        let buffers = BufferPool::new(shared.read_budget.clone());
         Ok(Engine {
             ring,
             bufs,
@@ -245,7 +246,7 @@ impl Engine {
             again: Vec::new(),
             activity: Vec::new(),
             limits,
-            buffers: BufferPool::default(),
+            buffers,
             holders: Vec::new(),
             accept_paused: false,
             waiting: VecDeque::new(),
