@@ -15,7 +15,7 @@
 # Needs python3 and taskset; no network, cargo or package manager.
 #
 # Of the C CPUs this process may run on, a server gets the first N (taskset; tern also --pin),
-# tern bench the other C - N with one generator thread pinned to each CPU (tern bench --pin); an N with N >= C is skipped.
+# tern bench the other C - N with one generator thread per CPU (not pinned: see docs/bench.md); an N with N >= C is skipped.
 # Writes OUT/raw/*.json (each run: tern bench's JSON plus the generator's CPU), OUT/scaling.json
 # (everything), OUT/scaling.md (the table), OUT/scaling.svg (throughput against N), OUT/logs/,
 # and prints the table.
@@ -276,16 +276,16 @@ for n in "${runnable[@]}"; do
 
     echo "[$(( SECONDS - t_start ))s] $kind N=$n: saturation (-t $threads -c $sat_c -p $SAT_PIPELINE, server CPUs $srv_cpus, generator $gen_cpus)"
     measure "$OUT/raw/$kind-$n-sat.json" "$SAT_LIMIT" "$gen_cpus" "$spids" "$(meta sat "$sat_c")" -- \
-      "$TERN" bench run "${servers[@]}" "${spid_arg[@]}" -t "$threads" --pin "$gen_cpus" -c "$sat_c" -p "$SAT_PIPELINE" \
+      "$TERN" bench run "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$sat_c" -p "$SAT_PIPELINE" \
       --warmup "${SAT_WARMUP}s" -d "${SAT_SECS}s" "${common[@]}"
     echo "[$(( SECONDS - t_start ))s] $kind N=$n: SLO p99.9 <= $P999 (-t $threads -c $slo_c -p 1, poisson)"
     measure "$OUT/raw/$kind-$n-slo.json" "$SLO_LIMIT" "$gen_cpus" "$spids" "$(meta slo "$slo_c")" -- \
-      "$TERN" bench slo "${servers[@]}" "${spid_arg[@]}" -t "$threads" --pin "$gen_cpus" -c "$slo_c" -p 1 --arrivals poisson \
+      "$TERN" bench slo "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$slo_c" -p 1 --arrivals poisson \
       --p999 "$P999" --precision "$PRECISION" --warmup "${SLO_WARMUP}s" -d "${SLO_SECS}s" "${common[@]}"
     if [ "$kind" != ketama ]; then
       echo "[$(( SECONDS - t_start ))s] $kind N=$n: saturation, hot keys (zipf $HOT_ZIPF)"
       measure "$OUT/raw/$kind-$n-hot.json" "$SAT_LIMIT" "$gen_cpus" "$spids" "$(meta hot "$sat_c")" -- \
-        "$TERN" bench run "${servers[@]}" "${spid_arg[@]}" -t "$threads" --pin "$gen_cpus" -c "$sat_c" -p "$SAT_PIPELINE" \
+        "$TERN" bench run "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$sat_c" -p "$SAT_PIPELINE" \
         --warmup "${SAT_WARMUP}s" -d "${SAT_SECS}s" --key-distribution "zipf:$HOT_ZIPF" "${common[@]}"
     fi
     stop_servers
