@@ -15,7 +15,8 @@
 # Needs python3 and taskset; no network, cargo or package manager.
 #
 # Of the C CPUs this process may run on, a server gets the first N (taskset; tern also --pin),
-# tern bench the other C - N with one generator thread per CPU (not pinned: see docs/bench.md); an N with N >= C is skipped.
+# tern bench the other C - N with one generator thread per CPU (not pinned: see docs/bench.md);
+# an N with N >= C is skipped.
 # Writes OUT/raw/*.json (each run: tern bench's JSON plus the generator's CPU), OUT/scaling.json
 # (everything), OUT/scaling.md (the table), OUT/scaling.svg (throughput against N), OUT/logs/,
 # and prints the table.
