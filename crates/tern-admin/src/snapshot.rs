@@ -11,10 +11,15 @@ use crate::worker::{Command, Outcome, WorkerSnapshot};
 pub struct SegmentStats {
     /// Size of one segment in bytes.
     pub segment_bytes: u64,
-    /// Segments allocated (in use or free).
+    /// Segments of the heap opened so far (in use or free): `-m`'s, more once `cache_memlimit`
+    /// raised the limit past it.
     pub segments_total: u64,
     /// Segments holding no items, ready to be written.
     pub segments_free: u64,
+    /// Bytes of segments whose memory may be resident: written since the heap was opened and
+    /// not given back since (memcached's `total_malloced`: it grows as items need memory and
+    /// falls when a lowered `cache_memlimit` gives free memory back).
+    pub malloced_bytes: u64,
     /// Bytes of items that can still be read (headers, keys, values).
     pub live_bytes: u64,
     /// Bytes in used segments not holding live items: deleted or overwritten items not yet
@@ -33,7 +38,7 @@ impl SegmentStats {
         self.segments_total.saturating_sub(self.segments_free)
     }
 
-    /// Bytes of memory allocated to segments (memcached's `total_malloced`).
+    /// Bytes of the heap opened for segments.
     pub fn heap_bytes(&self) -> u64 {
         self.segments_total * self.segment_bytes
     }

@@ -60,6 +60,30 @@ impl Pool {
         pool
     }
 
+    /// Takes in the segments from `self.segments` up to `segments`, free and cold (the heap
+    /// just opened them: `Segments::grow`).
+    pub(crate) fn grow(&mut self, segments: usize) {
+        let words = segments.div_ceil(64);
+        for bits in [&mut self.free, &mut self.claimed, &mut self.cold] {
+            bits.resize(words, 0);
+        }
+        for i in self.segments..segments {
+            set_bit(&mut self.free, i, true);
+            set_bit(&mut self.cold, i, true);
+        }
+        let added = segments - self.segments;
+        self.free_count += added;
+        self.cold_count += added;
+        self.segments = segments;
+    }
+
+    /// Segments whose pages may hold memory: written since the heap was mapped and not given
+    /// back since (memcached's `total_malloced`, in segments).
+    pub(crate) fn warm(&self) -> usize {
+        self.segments - self.cold_count
+    }
+
+    #[cfg(test)]
     pub(crate) fn free_count(&self) -> usize {
         self.free_count
     }
@@ -118,8 +142,8 @@ impl Pool {
     /// Segments whose pages may be resident beyond what the limit leaves the heap once the
     /// index is charged: that many free ones must give their memory back.
     pub(crate) fn excess_warm(&self) -> usize {
-        let warm = self.segments - self.cold_count;
-        warm.saturating_sub(self.limit.saturating_sub(self.index_segments()))
+        self.warm()
+            .saturating_sub(self.limit.saturating_sub(self.index_segments()))
     }
 
     /// Segments that may still leave the pool before the limit is reached.

@@ -866,6 +866,12 @@ mod tests {
         set(&s, b"key:1", 0, Expiry::NEVER, b"again");
         assert_eq!(read(&s, b"key:1").unwrap().0, b"again");
         assert!(s.delete(b"key:2"));
+        // A memory file's heap is the file: the limit cannot pass it.
+        let heap = config().heap_bytes;
+        assert_eq!(
+            s.set_memory_limit(heap + (1 << 20)),
+            Err(crate::store::memlimit::MemoryLimitError::TooLarge { max: heap })
+        );
     }
 
     /// Bytes the file system holds for `file`.
