@@ -200,7 +200,10 @@ impl Ops<'_> {
     /// between classes) and `slabs reassign SRC DST` (one class: nothing to move), answered as
     /// memcached 1.6.45 answers them: a subcommand matches any command it starts with (its
     /// `strncmp` compares the typed word's length), a number that does not parse is a bad
-    /// command line.
+    /// command line. 1.6.45's `do_slabs_reassign` checks, in order: the same class twice
+    /// (`SAME`), a class it does not have (`BADCLASS`: tern has memcached's global page pool,
+    /// 0, and its one class; `-1`, "pick one", finds none with pages to spare), then a source
+    /// with fewer than two pages (`NOSPARE`: tern moves none).
     pub fn slabs(&self, words: &[&[u8]]) -> AdminReply {
         let is = |word: &[u8], name: &[u8]| name.starts_with(word);
         let reply = match words {
@@ -212,8 +215,11 @@ impl Ops<'_> {
                     (Some(src), Some(dst)) if src == dst => {
                         AdminReply::Status("SAME src and dst class are identical")
                     }
-                    (Some(_), Some(_)) => {
+                    (Some(0 | 1), Some(0 | 1)) => {
                         AdminReply::Status("NOSPARE source class has no spare pages")
+                    }
+                    (Some(_), Some(_)) => {
+                        AdminReply::Status("BADCLASS invalid src or dst class id")
                     }
                     _ => AdminReply::Status("CLIENT_ERROR bad command line format"),
                 }
@@ -300,6 +306,14 @@ mod tests {
         assert_eq!(
             ops.slabs(&words("reassign 1 1")),
             AdminReply::Status("SAME src and dst class are identical")
+        );
+        assert_eq!(
+            ops.slabs(&words("reassign 0 1")),
+            AdminReply::Status("NOSPARE source class has no spare pages")
+        );
+        assert_eq!(
+            ops.slabs(&words("reassign -1 1")),
+            AdminReply::Status("BADCLASS invalid src or dst class id")
         );
         assert_eq!(ops.lru(&words("tune 10 20 0.1 2")), AdminReply::Ok);
         assert_eq!(ops.lru(&words("mode bogus")), AdminReply::Error);
