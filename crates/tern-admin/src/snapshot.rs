@@ -57,7 +57,8 @@ pub struct StoreStats {
     pub limit_bytes: u64,
     /// Bytes of the hash index, counted inside the memory limit (memcached's `hash_bytes`).
     pub index_bytes: u64,
-    /// Slots of the hash index (full or not), for `hash_power_level`.
+    /// The most slots the hash index has had (full or not; across a warm restart too), for
+    /// `hash_power_level`.
     pub index_slots: u64,
     /// Live items removed to make room (memcached's `evictions`).
     pub evictions: u64,
@@ -140,11 +141,12 @@ pub struct ServerStats {
     pub log_lines_skipped: u64,
 }
 
-/// memcached's `hash_power_level` for tern's index: the power of two of the index's slot count
-/// (rounded down), never under `init`. memcached's table has 2^level buckets, starts at
-/// `hashpower_init` (16) and doubles when items pass 1.5 x 2^level; tern's index starts with a
-/// few buckets per shard and grows in 1.125x steps at 85% full, so its level follows the items
-/// the same way (~2^17 items stored: 17) but it reports no level under memcached's starting one.
+/// memcached's `hash_power_level` for tern's index: the power of two of the most slots the
+/// index has had (rounded down), never under `init`. memcached's table has 2^level buckets,
+/// starts at `hashpower_init` (16), doubles when items pass 1.5 x 2^level, never shrinks and is
+/// restored at its size by a warm restart; tern's index starts with a few buckets per shard and
+/// grows in 1.125x steps at 85% full, so its level follows the items the same way (~2^17 items
+/// stored: 17), and its peak is kept (and saved with `-e`) as memcached's table is.
 pub fn hash_power_level(index_slots: u64, init: u32) -> u32 {
     index_slots.checked_ilog2().unwrap_or(0).max(init)
 }

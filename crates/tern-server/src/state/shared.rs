@@ -508,7 +508,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
         bytes: s.bytes,
         limit_bytes: s.limit_maxbytes,
         index_bytes: s.index_bytes,
-        index_slots: s.index_slots,
+        index_slots: s.index_slots_peak,
         evictions: s.evictions,
         reclaimed: s.reclaimed,
         expired_unfetched: s.expired_unfetched,

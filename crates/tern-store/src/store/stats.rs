@@ -3,6 +3,7 @@
 
 use super::Store;
 use crate::mechanics::counters::Counters;
+use crate::mechanics::index::Index;
 use crate::mechanics::segments::get32;
 
 /// The store's counters for `stats`.
@@ -37,6 +38,9 @@ pub struct StoreStats {
     pub index_bytes: u64,
     /// Slots of the shards' index tables together (full or not): the index's size in entries.
     pub index_slots: u64,
+    /// The most slots the index has had since the heap was first made, a warm restart's
+    /// downtime included (memcached's hash table only grows, and survives a restart).
+    pub index_slots_peak: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
     /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
@@ -58,7 +62,7 @@ impl Store {
             }
         });
         let size = self.segs.size() as u64;
-        let (used, warm, open, limit, index_bytes) = {
+        let (used, warm, open, limit, index_bytes, index_peak) = {
             let pool = self.pool();
             (
                 pool.in_use() as u64,
@@ -67,6 +71,7 @@ impl Store {
                 self.segs.count() as u64,
                 pool.limit() as u64,
                 pool.index_bytes() as u64,
+                pool.index_peak(),
             )
         };
         StoreStats {
@@ -84,6 +89,7 @@ impl Store {
             heap_bytes: open * size,
             malloced_bytes: warm * size,
             index_bytes,
+            index_slots_peak: (Index::slots_in(index_peak) as u64).max(index_slots),
             index_slots,
             item_bytes_with_headers: total.item_bytes,
             oldest_item_age: now - oldest_created,
