@@ -250,6 +250,65 @@ fn watch_streams_fetches_stores_and_connections_as_memcached_does() {
     late.expect(b"watch bogus\r\n", b"ERROR\r\n");
 }
 
+#[test]
+fn watch_logs_deletes_arithmetic_and_meta_lookups_as_memcached_does() {
+    let tern = ServerProcess::tern(&[]);
+    let mut watcher = tern.connect();
+    watcher.expect(b"watch fetchers mutations deletions\r\n", b"OK\r\n");
+    let mut client = tern.connect();
+    for (request, reply) in [
+        ("set a 0 0 1\r\nx\r\n", "STORED\r\n"),
+        ("delete a\r\n", "DELETED\r\n"),
+        ("delete a\r\n", "NOT_FOUND\r\n"),
+        ("incr n 1\r\n", "NOT_FOUND\r\n"),
+        ("set n 0 0 1\r\n1\r\n", "STORED\r\n"),
+        ("incr n 1\r\n", "2\r\n"),
+        ("decr n 1\r\n", "1\r\n"),
+        ("mg n v\r\n", "VA 1\r\n1\r\n"),
+        ("mg missing v\r\n", "EN\r\n"),
+        ("ma n\r\n", "HD\r\n"),
+        ("ma nope\r\n", "NF\r\n"),
+        ("ms k 2\r\nhi\r\n", "HD\r\n"),
+        ("md k I\r\n", "HD\r\n"),
+        ("md k\r\n", "HD\r\n"),
+        ("md k\r\n", "NF\r\n"),
+        ("gat 10 n\r\n", "VALUE n 0 1\r\n2\r\nEND\r\n"),
+        ("mg last\r\n", "EN\r\n"),
+    ] {
+        client.expect(request.as_bytes(), reply.as_bytes());
+    }
+    let lines = watch_lines(&mut watcher, "key=last");
+    let ours: Vec<String> = lines.iter().map(|l| fields(l)).collect();
+    // What memcached 1.6.45 logs for the same requests (recorded from it live on 2026-11-26):
+    // the lookup of every delete, incr/decr and meta command (`item_get`), and a `deleted`
+    // line for each item `delete` or an `md` without `I` removes (`t/watcher.t`).
+    let memcached = [
+        "type=item_get key=a status=not_found clsid=0 size=0",
+        "type=item_store key=a status=stored cmd=set ttl=0 clsid=1 size=1",
+        "type=item_get key=a status=found clsid=1 size=1",
+        "type=deleted key=a cmd=delete clsid=1 size=1",
+        "type=item_get key=a status=not_found clsid=0 size=0",
+        "type=item_get key=n status=not_found clsid=0 size=0",
+        "type=item_get key=n status=not_found clsid=0 size=0",
+        "type=item_store key=n status=stored cmd=set ttl=0 clsid=1 size=1",
+        "type=item_get key=n status=found clsid=1 size=1",
+        "type=item_get key=n status=found clsid=1 size=1",
+        "type=item_get key=n status=found clsid=1 size=1",
+        "type=item_get key=missing status=not_found clsid=0 size=0",
+        "type=item_get key=n status=found clsid=1 size=1",
+        "type=item_get key=nope status=not_found clsid=0 size=0",
+        "type=item_get key=k status=not_found clsid=0 size=0",
+        "type=item_store key=k status=stored cmd=set ttl=0 clsid=1 size=2",
+        "type=item_get key=k status=found clsid=1 size=2",
+        "type=item_get key=k status=found clsid=1 size=2",
+        "type=deleted key=k cmd=md clsid=1 size=2",
+        "type=item_get key=k status=not_found clsid=0 size=0",
+        "type=item_get key=n status=found clsid=1 size=1",
+        "type=item_get key=last status=not_found clsid=0 size=0",
+    ];
+    assert_eq!(ours, memcached);
+}
+
 /// Sets `keys` on the connection, each to a value derived from its key, with no expiry.
 fn fill(c: &mut Conn, keys: &[String]) {
     let mut batch = Vec::new();

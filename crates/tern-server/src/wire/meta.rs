@@ -209,7 +209,9 @@ fn delete(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let key = req.key.bytes();
     let want = f.compare_cas;
     let ttl = f.ttl.map(|ttl| expiry(ops, ttl));
-    let done = ops.delete_with(Cmd::MetaDelete, key, |store| {
+    // memcached logs a `deleted` line for an `md` that is no `I` (`x` too: the value goes).
+    let logged = (!f.invalidate).then_some("md");
+    let done = ops.delete_with(Cmd::MetaDelete, key, logged, |store| {
         if f.remove_value {
             // `x`, as memcached 1.6.45 does it: the item is replaced by an empty one with the
             // request's flags (`F`, else 0) and TTL (`T`, else none), keeping its CAS unless
