@@ -197,6 +197,13 @@ impl<'a> Ops<'a> {
         }
     }
 
+    /// The expiry `key`'s item has, if there is one: a peek, leaving its marks as they were.
+    pub fn peek_expiry(&self, key: &[u8]) -> Option<Expiry> {
+        self.store()
+            .peek_marked(key, None, |item, _| item.expiry)
+            .ok()
+    }
+
     /// The value size of `key`'s item, if there is one, for a watch line: a peek, so the
     /// line's own read leaves the item's marks as they were. Only while someone watches.
     #[cold]
@@ -481,6 +488,8 @@ impl<'a> Ops<'a> {
                 return Err(failure);
             };
             let digits = initial.to_string();
+            // memcached sets the new TTL (meta's `T`) on the item it created, too.
+            let expiry = new_expiry.unwrap_or(expiry);
             match store.store_with_cas(StoreOp::Add, key, 0, expiry, digits.as_bytes(), new_cas) {
                 StoreOutcome::Stored { cas } => {
                     let counted = Counted {
