@@ -468,6 +468,26 @@ mod tests {
     }
 
     #[test]
+    fn a_heap_grows_within_its_reservation_and_no_further() {
+        let page = page_size();
+        let heap = Heap::new(4 * page, 16 * page, false, false).unwrap();
+        assert_eq!((heap.len(), heap.reserved()), (4 * page, 16 * page));
+        heap.grow(12 * page).unwrap();
+        assert_eq!(heap.len(), 12 * page);
+        // SAFETY: the only reference into the heap, inside its open part.
+        let bytes = unsafe { heap.slice(0, 12 * page) };
+        bytes.fill(5);
+        assert!(bytes.iter().all(|&b| b == 5));
+        assert!(matches!(heap.grow(17 * page), Err(GrowError::Reserved)));
+        heap.grow(2 * page).unwrap();
+        assert_eq!(heap.len(), 12 * page, "a heap never shrinks");
+        // Reserved at its own size (as a memory file's or huge pages' heap is): no growth.
+        let fixed = Heap::new(4 * page, 0, false, false).unwrap();
+        assert_eq!(fixed.reserved(), 4 * page);
+        assert!(matches!(fixed.grow(5 * page), Err(GrowError::Reserved)));
+    }
+
+    #[test]
     fn discarded_pages_leave_memory_and_read_back_zero_while_their_neighbours_stay() {
         let page = page_size();
         let len = 16 * page;
