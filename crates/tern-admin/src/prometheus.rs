@@ -224,7 +224,7 @@ pub fn encode(s: &Snapshot) -> String {
         "memcached_malloced_bytes",
         "gauge",
         "Number of bytes of memory allocated to slab pages.",
-        s.store.segments.heap_bytes(),
+        s.store.segments.malloced_bytes,
     );
     e.single(
         "memcached_accepting_connections",
@@ -325,7 +325,7 @@ pub fn encode(s: &Snapshot) -> String {
     e.single(
         "tern_heap_bytes",
         "gauge",
-        "Bytes of memory allocated to segments.",
+        "Bytes of the heap opened for segments (the memory limit's reach so far).",
         seg.heap_bytes(),
     );
     e.family(

@@ -11,10 +11,15 @@ use crate::worker::{Command, Outcome, WorkerSnapshot};
 pub struct SegmentStats {
     /// Size of one segment in bytes.
     pub segment_bytes: u64,
-    /// Segments allocated (in use or free).
+    /// Segments of the heap opened so far (in use or free): `-m`'s, more once `cache_memlimit`
+    /// raised the limit past it.
     pub segments_total: u64,
     /// Segments holding no items, ready to be written.
     pub segments_free: u64,
+    /// Bytes of segments whose memory may be resident: written since the heap was opened and
+    /// not given back since (memcached's `total_malloced`: it grows as items need memory and
+    /// falls when a lowered `cache_memlimit` gives free memory back).
+    pub malloced_bytes: u64,
     /// Bytes of items that can still be read (headers, keys, values).
     pub live_bytes: u64,
     /// Bytes in used segments not holding live items: deleted or overwritten items not yet
@@ -33,7 +38,7 @@ impl SegmentStats {
         self.segments_total.saturating_sub(self.segments_free)
     }
 
-    /// Bytes of memory allocated to segments (memcached's `total_malloced`).
+    /// Bytes of the heap opened for segments.
     pub fn heap_bytes(&self) -> u64 {
         self.segments_total * self.segment_bytes
     }
@@ -52,7 +57,8 @@ pub struct StoreStats {
     pub limit_bytes: u64,
     /// Bytes of the hash index, counted inside the memory limit (memcached's `hash_bytes`).
     pub index_bytes: u64,
-    /// Slots of the hash index (full or not), for `hash_power_level`.
+    /// The most slots the hash index has had (full or not; across a warm restart too), for
+    /// `hash_power_level`.
     pub index_slots: u64,
     /// Live items removed to make room (memcached's `evictions`).
     pub evictions: u64,
@@ -135,11 +141,12 @@ pub struct ServerStats {
     pub log_lines_skipped: u64,
 }
 
-/// memcached's `hash_power_level` for tern's index: the power of two of the index's slot count
-/// (rounded down), never under `init`. memcached's table has 2^level buckets, starts at
-/// `hashpower_init` (16) and doubles when items pass 1.5 x 2^level; tern's index starts with a
-/// few buckets per shard and grows in 1.125x steps at 85% full, so its level follows the items
-/// the same way (~2^17 items stored: 17) but it reports no level under memcached's starting one.
+/// memcached's `hash_power_level` for tern's index: the power of two of the most slots the
+/// index has had (rounded down), never under `init`. memcached's table has 2^level buckets,
+/// starts at `hashpower_init` (16), doubles when items pass 1.5 x 2^level, never shrinks and is
+/// restored at its size by a warm restart; tern's index starts with a few buckets per shard and
+/// grows in 1.125x steps at 85% full, so its level follows the items the same way (~2^17 items
+/// stored: 17), and its peak is kept (and saved with `-e`) as memcached's table is.
 pub fn hash_power_level(index_slots: u64, init: u32) -> u32 {
     index_slots.checked_ilog2().unwrap_or(0).max(init)
 }

@@ -88,7 +88,7 @@ pub fn stats_items(snap: &Snapshot) -> StatLines {
 /// `total_pages` = `total_chunks` = segments allocated, `used_chunks` = segments holding items,
 /// `free_chunks` = free segments, `free_chunks_end` = 0 (segments are handed out whole); the
 /// per-class hit counters are the server's totals, `active_slabs` is 1 (0 before any segment
-/// exists) and `total_malloced` is the segment heap's size.
+/// exists) and `total_malloced` is the bytes of segments whose memory may be resident.
 pub fn stats_slabs(snap: &Snapshot) -> StatLines {
     let seg = &snap.store.segments;
     let active = seg.segments_total > 0;
@@ -120,7 +120,7 @@ pub fn stats_slabs(snap: &Snapshot) -> StatLines {
     }
     out.extend(lines([
         ("active_slabs", u64::from(active)),
-        ("total_malloced", seg.heap_bytes()),
+        ("total_malloced", seg.malloced_bytes),
     ]));
     out
 }
@@ -303,6 +303,7 @@ mod tests {
                     segment_bytes: 1 << 20,
                     segments_total: 4,
                     segments_free: 3,
+                    malloced_bytes: 1 << 20,
                     ..SegmentStats::default()
                 },
                 ..StoreStats::default()
@@ -345,7 +346,7 @@ mod tests {
             STAT 1:free_chunks 3\r\nSTAT 1:free_chunks_end 0\r\nSTAT 1:get_hits 1\r\n\
             STAT 1:cmd_set 2\r\nSTAT 1:delete_hits 0\r\nSTAT 1:incr_hits 0\r\n\
             STAT 1:decr_hits 0\r\nSTAT 1:cas_hits 0\r\nSTAT 1:cas_badval 0\r\n\
-            STAT 1:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced 4194304\r\nEND\r\n";
+            STAT 1:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced 1048576\r\nEND\r\n";
         assert_eq!(out, expected);
         assert_eq!(
             text(render_stat_lines(stats_slabs(&Snapshot::default()))),

@@ -51,6 +51,7 @@ impl AdminSource for FakeServer {
                     segment_bytes: 1 << 20,
                     segments_total: 8,
                     segments_free: 6,
+                    malloced_bytes: 2 << 20,
                     live_bytes: 300,
                     dead_bytes: 100,
                     merges: 1,
@@ -192,7 +193,7 @@ fn metrics_parse_with_prometheus_client_and_match_the_sequence() {
     );
     assert_eq!(
         one("memcached_malloced_bytes", "memcached_malloced_bytes"),
-        8.0 * 1048576.0
+        2.0 * 1048576.0
     );
     assert_eq!(
         sample(

@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,35 @@ fn daemon_mode_writes_and_removes_the_pidfile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A server started with `tern serve ARGS`, killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `tern serve ARGS`, which listens on the unix socket `path` (alone: `-s` turns TCP
+/// off), and waits until it accepts there.
+fn serve_unix(path: &Path, args: &[&str]) -> Killed {
+    let server = Killed(
+        Command::new(tern_bin())
+            .args(["serve", "-s", path.to_str().unwrap()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the unix socket", || {
+        std::os::unix::net::UnixStream::connect(path).is_ok()
+    });
+    server
+}
+
 #[test]
 fn unix_socket_with_access_mask() {
     use std::io::Write;
@@ -112,8 +141,7 @@ fn unix_socket_with_access_mask() {
     use std::os::unix::net::UnixStream;
     let dir = scratch("unix");
     let path = dir.join("tern.sock");
-    let p = path.to_str().unwrap();
-    let _server = ServerProcess::tern(&["-s", p, "-a", "0770"]);
+    let _server = serve_unix(&path, &["-a", "0770"]);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o770);
     let mut s = UnixStream::connect(&path).unwrap();
@@ -128,33 +156,24 @@ fn unix_socket_with_access_mask() {
 }
 
 #[test]
-fn a_unix_socket_alone_turns_tcp_and_udp_off() {
-    // memcached 1.6.45 with `-s PATH -p P -U P` (and even `-l 127.0.0.1`) listens on the unix
-    // socket only: memcached.c binds TCP and UDP only while `settings.socketpath == NULL`.
-    // tern does the same unless `-l` names addresses (docs/serve.md).
+fn a_unix_socket_turns_tcp_and_udp_off_even_with_listen_addresses() {
+    // memcached 1.6.45 with `-s PATH -l 127.0.0.1 -p P -U P` listens on the unix socket only
+    // (checked against it): memcached.c binds TCP and UDP only while `settings.socketpath ==
+    // NULL`, whatever -l says.
     let dir = scratch("unix-only");
     let path = dir.join("tern.sock");
     let port = free_port();
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let server = Killed(
-        Command::new(tern_bin())
-            .args(["serve", "-s", path.to_str().unwrap()])
-            .args(["-p", &port.to_string(), "-U", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let server = serve_unix(
+        &path,
+        &[
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            &port.to_string(),
+        ],
     );
-    wait_for("the unix socket", || {
-        std::os::unix::net::UnixStream::connect(&path).is_ok()
-    });
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     s.set_read_timeout(Some(PATIENCE)).unwrap();
     s.write_all(b"version\r\n").unwrap();

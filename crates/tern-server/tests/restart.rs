@@ -615,3 +615,37 @@ fn many_flipped_bytes_never_serve_a_wrong_value() {
         c.expect(b"get k\r\n", b"VALUE k 0 2\r\nok\r\nEND\r\n");
     }
 }
+
+/// memcached's `t/restart.t`: 2^17 items raise `hash_power_level` to 17, and it stays 17 once
+/// they are deleted and across a warm restart (memcached's table never shrinks, and a restart
+/// rebuilds it at its saved size).
+#[test]
+fn hash_power_level_stays_at_its_peak_through_deletes_and_a_restart() {
+    let scratch = Scratch::new("hashpower");
+    let mut server = scratch.start(&["-m", "128"]);
+    let mut c = server.connect();
+    let level = |c: &mut Conn| c.stats("stats\r\n")["hash_power_level"].clone();
+    assert_eq!(level(&mut c), "16");
+    let items = 1u32 << 17;
+    for verb in ["set", "delete"] {
+        let mut batch = Vec::new();
+        for i in 0..items {
+            let request = match verb {
+                "set" => format!("set z{i} 0 0 0 noreply\r\n\r\n"),
+                _ => format!("delete z{i} noreply\r\n"),
+            };
+            batch.extend_from_slice(request.as_bytes());
+            if batch.len() > 64 << 10 || i + 1 == items {
+                c.send(&batch);
+                batch.clear();
+            }
+        }
+        c.expect(b"mn\r\n", b"MN\r\n");
+        assert_eq!(level(&mut c), "17", "after the {verb}s");
+    }
+    c.expect(b"flush_all\r\n", b"OK\r\n");
+    assert_eq!(level(&mut c), "17", "after flush_all");
+    stop(&mut server, "TERM");
+    let server = scratch.start(&["-m", "128"]);
+    assert_eq!(level(&mut server.connect()), "17", "after the restart");
+}

@@ -453,19 +453,17 @@ fn takeover_with_no_running_server_starts_as_usual() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The unix socket (`-s`) and the admin endpoint's socket are handed over too, and a new
-/// process with fewer workers than the old takes every TCP socket (some workers two); the
-/// unix socket's file stays (the old one does not remove it), the pidfile is the new one's.
+/// The admin endpoint's socket is handed over too, and a new process with fewer workers than
+/// the old takes every TCP socket (some workers two); the pidfile is the new one's.
 #[test]
-fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
+fn admin_socket_is_handed_over_to_fewer_workers() {
     let dir = scratch("sockets");
     let port = free_port();
     let admin_port = free_port().to_string();
-    let unix = dir.join("tern.sock");
     let pidfile = dir.join("tern.pid");
     let args = |threads: &str| {
         let mut args = serve_args(port, &dir, threads);
-        let extra = ["-s", unix.to_str().unwrap(), "--admin-port", &admin_port];
+        let extra = ["--admin-port", &admin_port];
         args.extend(extra.map(String::from));
         args.extend(["-P".to_string(), pidfile.display().to_string()]);
         args
@@ -481,12 +479,6 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
         new.connect()
             .expect(b"get k\r\n", b"VALUE k 3 1\r\nv\r\nEND\r\n");
     }
-    let mut over_unix = std::os::unix::net::UnixStream::connect(&unix).unwrap();
-    over_unix.set_read_timeout(Some(PATIENCE)).unwrap();
-    over_unix.write_all(b"get k\r\n").unwrap();
-    let mut reply = [0; 21];
-    over_unix.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"VALUE k 3 1\r\nv\r\nEND\r\n");
     let (status, _, body) = tern_testkit::http_get(
         ("127.0.0.1", admin_port.parse::<u16>().unwrap()),
         "/metrics",
@@ -498,6 +490,50 @@ fn unix_and_admin_sockets_are_handed_over_to_fewer_workers() {
         written.trim(),
         new.pid().to_string(),
         "the pidfile names the new process"
+    );
+    drop(new);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `request` over the unix socket at `path`, and the reply's first `len` bytes.
+fn over_unix(path: &Path, request: &[u8], len: usize) -> Vec<u8> {
+    let mut conn = std::os::unix::net::UnixStream::connect(path).unwrap();
+    conn.set_read_timeout(Some(PATIENCE)).unwrap();
+    conn.write_all(request).unwrap();
+    let mut reply = vec![0; len];
+    conn.read_exact(&mut reply).unwrap();
+    reply
+}
+
+/// The unix socket (`-s`, which turns TCP off, as in memcached) is handed over too; its file
+/// stays (the old process does not remove it).
+#[test]
+fn a_unix_socket_is_handed_over() {
+    let dir = scratch("unix");
+    let unix = dir.join("tern.sock");
+    // `-l`/`-p` in `serve_args` are ignored beside `-s`.
+    let mut args = serve_args(free_port(), &dir, "2");
+    args.extend(["-s".to_string(), unix.display().to_string()]);
+    let old = Command::new(tern_bin())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut old = ServerProcess {
+        child: old,
+        port: 0,
+    };
+    let control = dir.join("takeover.sock");
+    await_until("the unix socket and the control socket", || {
+        control.exists() && std::os::unix::net::UnixStream::connect(&unix).is_ok()
+    });
+    assert_eq!(over_unix(&unix, b"set k 3 0 1\r\nv\r\n", 8), b"STORED\r\n");
+    let new = take_over(0, args);
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    assert_eq!(
+        over_unix(&unix, b"get k\r\n", 21),
+        b"VALUE k 3 1\r\nv\r\nEND\r\n"
     );
     drop(new);
     let _ = std::fs::remove_dir_all(&dir);

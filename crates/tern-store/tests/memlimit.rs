@@ -1,6 +1,6 @@
 //! The memory limit (memcached's `cache_memlimit`): lowering it evicts down to it and keeps
-//! every survivor whole, writes then stay within it, raising it gives the room back, and
-//! limits the store cannot honour are refused.
+//! every survivor whole, writes then stay within it, raising it gives the room back (past the
+//! start's heap too), and limits the store cannot honour are refused.
 
 mod common;
 
@@ -115,13 +115,22 @@ fn a_random_store_shrinks_to_its_limit_and_grows_back() {
 }
 
 #[test]
-fn limits_past_the_heap_or_below_the_floor_are_refused() {
+fn limits_past_the_reservation_or_below_the_floor_are_refused() {
     let s = store(Eviction::Merge);
     let segment = s.segment_size();
+    // Past the heap opened at start the store grows, up to what it reserved.
+    let capped = store_with(Config {
+        heap_bytes: HEAP,
+        max_heap_bytes: 2 * HEAP,
+        shards: 4,
+        ..Config::default()
+    });
     assert_eq!(
-        s.set_memory_limit(HEAP + 1),
-        Err(MemoryLimitError::TooLarge { max: HEAP })
+        capped.set_memory_limit(2 * HEAP + segment),
+        Err(MemoryLimitError::TooLarge { max: 2 * HEAP })
     );
+    capped.set_memory_limit(2 * HEAP).unwrap();
+    assert_eq!(capped.stats().heap_bytes, 2 * HEAP as u64);
     assert_eq!(
         s.set_memory_limit((8 << 20) - 1),
         Err(MemoryLimitError::TooSmall { min: 8 << 20 })

@@ -474,12 +474,12 @@ impl Settings {
     }
 
     /// [`Settings::listen_addrs`], each with its TLS mode (`-Z`, `notls:`, `mtls:`).
-    /// None with `-s` alone: memcached 1.6.45 binds no TCP or UDP socket when it has a unix
-    /// socket (`memcached.c` binds them only while `settings.socketpath == NULL`). tern keeps
-    /// them beside `-s` when `-l` names addresses (docs/serve.md).
+    /// None with `-s`: memcached 1.6.45 binds no TCP or UDP socket when it has a unix socket,
+    /// whatever `-l`, `-p` and `-U` say (`memcached.c` binds them only while
+    /// `settings.socketpath == NULL`).
     pub fn listen_tls(&self) -> anyhow::Result<Vec<(std::net::SocketAddr, ListenTls)>> {
         use std::net::ToSocketAddrs;
-        if self.unix_socket.is_some() && self.listen.is_empty() {
+        if self.unix_socket.is_some() {
             return Ok(Vec::new());
         }
         let specs: Vec<String> = if self.listen.is_empty() {
@@ -1072,6 +1072,9 @@ mod tests {
             .map(|a| a.to_string())
             .collect();
         assert_eq!(addrs, ["127.0.0.1:7000", "127.0.0.2:7001", "[::1]:7000"]);
+        // memcached 1.6.45 listens on the unix socket only, whatever `-l` names.
+        let s = settings(&["-s", "/tmp/t.sock", "-l", "127.0.0.1"]).unwrap();
+        assert!(s.listen_addrs().unwrap().is_empty());
     }
 
     #[test]

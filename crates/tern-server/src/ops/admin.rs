@@ -167,26 +167,31 @@ impl Ops<'_> {
     }
 
     /// `cache_memlimit <megabytes>`: the item memory's new limit, down (evicting to it and
-    /// giving the pages back) or up to the heap mapped at start (`-m`). Words after the number
-    /// are ignored, as in 1.6.45.
+    /// giving the pages back) or up, past `-m` too (the store opens more of the heap it
+    /// reserved at start). Checked in 1.6.45's order, with its lines; words after the number
+    /// are ignored, as in 1.6.45. A heap that cannot grow (a memory file's, MAP_HUGETLB pages')
+    /// answers a raise past it as 1.6.45 answers any change it cannot make.
     pub fn cache_memlimit(&self, words: &[&[u8]]) -> AdminReply {
-        let reply = match words {
-            [mb, ..] => match tern_proto::ascii::token_u32(mb) {
-                Some(mb) => match self.shared.store.set_memory_limit((mb as usize) << 20) {
-                    Ok(()) => AdminReply::Ok,
-                    Err(tern_store::MemoryLimitError::TooSmall { min }) => {
-                        AdminReply::Line(format!(
-                            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than {}m",
-                            min.div_ceil(1 << 20)
-                        ))
-                    }
-                    Err(tern_store::MemoryLimitError::TooLarge { .. }) => {
-                        AdminReply::Status("MEMLIMIT_ADJUST_FAILED input value is out of range")
-                    }
-                },
-                None => AdminReply::Error,
+        let reply = match words.first().map(|mb| tern_proto::ascii::token_u32(mb)) {
+            None | Some(None) => AdminReply::Error,
+            Some(Some(0..8)) => {
+                AdminReply::Status("MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m")
+            }
+            Some(Some(1_000_000_001..)) => {
+                AdminReply::Status("MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes")
+            }
+            Some(Some(mb)) => match self.shared.store.set_memory_limit((mb as usize) << 20) {
+                Ok(()) => AdminReply::Ok,
+                // tern's own floor, above 8 MB with many shards or a large -I.
+                Err(tern_store::MemoryLimitError::TooSmall { min }) => AdminReply::Line(format!(
+                    "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than {}m",
+                    min.div_ceil(1 << 20)
+                )),
+                Err(e) => {
+                    tracing::warn!("cache_memlimit {mb}: {e}");
+                    AdminReply::Status("MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust")
+                }
             },
-            _ => AdminReply::Error,
         };
         self.admin_reply(reply)
     }
@@ -195,7 +200,10 @@ impl Ops<'_> {
     /// between classes) and `slabs reassign SRC DST` (one class: nothing to move), answered as
     /// memcached 1.6.45 answers them: a subcommand matches any command it starts with (its
     /// `strncmp` compares the typed word's length), a number that does not parse is a bad
-    /// command line.
+    /// command line. 1.6.45's `do_slabs_reassign` checks, in order: the same class twice
+    /// (`SAME`), a class it does not have (`BADCLASS`: tern has memcached's global page pool,
+    /// 0, and its one class; `-1`, "pick one", finds none with pages to spare), then a source
+    /// with fewer than two pages (`NOSPARE`: tern moves none).
     pub fn slabs(&self, words: &[&[u8]]) -> AdminReply {
         let is = |word: &[u8], name: &[u8]| name.starts_with(word);
         let reply = match words {
@@ -207,8 +215,11 @@ impl Ops<'_> {
                     (Some(src), Some(dst)) if src == dst => {
                         AdminReply::Status("SAME src and dst class are identical")
                     }
-                    (Some(_), Some(_)) => {
+                    (Some(0 | 1), Some(0 | 1)) => {
                         AdminReply::Status("NOSPARE source class has no spare pages")
+                    }
+                    (Some(_), Some(_)) => {
+                        AdminReply::Status("BADCLASS invalid src or dst class id")
                     }
                     _ => AdminReply::Status("CLIENT_ERROR bad command line format"),
                 }
@@ -295,6 +306,14 @@ mod tests {
         assert_eq!(
             ops.slabs(&words("reassign 1 1")),
             AdminReply::Status("SAME src and dst class are identical")
+        );
+        assert_eq!(
+            ops.slabs(&words("reassign 0 1")),
+            AdminReply::Status("NOSPARE source class has no spare pages")
+        );
+        assert_eq!(
+            ops.slabs(&words("reassign -1 1")),
+            AdminReply::Status("BADCLASS invalid src or dst class id")
         );
         assert_eq!(ops.lru(&words("tune 10 20 0.1 2")), AdminReply::Ok);
         assert_eq!(ops.lru(&words("mode bogus")), AdminReply::Error);

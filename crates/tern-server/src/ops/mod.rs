@@ -172,7 +172,7 @@ impl<'a> Ops<'a> {
                 size = item.value.len();
                 read(item)
             });
-            self.log_fetch(key, found.is_ok(), size);
+            self.log_fetch(key, found.as_ref().ok().map(|_| size));
             found
         } else {
             self.lookup(hashed, touch, read)
@@ -197,12 +197,29 @@ impl<'a> Ops<'a> {
         }
     }
 
-    /// memcached's `item_get` watch line.
-    fn log_fetch(&self, key: &[u8], found: bool, size: usize) {
-        let (status, class) = if found {
-            ("found", 1)
-        } else {
-            ("not_found", 0)
+    /// The expiry `key`'s item has, if there is one: a peek, leaving its marks as they were.
+    pub fn peek_expiry(&self, key: &[u8]) -> Option<Expiry> {
+        self.store()
+            .peek_marked(key, None, |item, _| item.expiry)
+            .ok()
+    }
+
+    /// The value size of `key`'s item, if there is one, for a watch line: a peek, so the
+    /// line's own read leaves the item's marks as they were. Only while someone watches.
+    #[cold]
+    fn peek_size(&self, key: &[u8]) -> Option<usize> {
+        self.store()
+            .peek_marked(key, None, |item, _| item.value.len())
+            .ok()
+    }
+
+    /// memcached's `item_get` watch line: the lookup of a retrieval, and the one memcached
+    /// 1.6.45 makes first for a store, a delete, an incr/decr and every meta command.
+    #[cold]
+    fn log_fetch(&self, key: &[u8], size: Option<usize>) {
+        let (status, class, size) = match size {
+            Some(size) => ("found", 1, size),
+            None => ("not_found", 0, 0),
         };
         self.shared.watchers.log(
             Kind::Fetchers,
@@ -210,6 +227,18 @@ impl<'a> Ops<'a> {
                 "type=item_get key={} status={status} clsid={class} cfd={} size={size}",
                 LoggedKey(key),
                 self.worker.serving_fd.load(Ordering::Relaxed)
+            ),
+        );
+    }
+
+    /// memcached's `deleted` watch line.
+    #[cold]
+    fn log_deleted(&self, key: &[u8], cmd: &str, size: usize) {
+        self.shared.watchers.log(
+            Kind::Deletions,
+            format_args!(
+                "type=deleted key={} cmd={cmd} clsid=1 size={size}",
+                LoggedKey(key)
             ),
         );
     }
@@ -254,6 +283,9 @@ impl<'a> Ops<'a> {
         mut read: impl FnMut(ItemView<'_>, &mut Marks, bool) -> R,
     ) -> Result<R, Miss> {
         let store = self.store();
+        if self.shared.watchers.watching(Kind::Fetchers) {
+            self.log_fetch(key, self.peek_size(key));
+        }
         let (mut tried, mut created) = (false, false);
         loop {
             let read = |item: ItemView<'_>, marks: &mut Marks| read(item, marks, created);
@@ -309,13 +341,8 @@ impl<'a> Ops<'a> {
         // One load for both kinds: nobody watching costs a store what it always did.
         let watched = self.shared.watchers.watched();
         if watched & Kind::Fetchers as u8 != 0 {
-            // memcached 1.6.45 logs the lookup every store makes first (`t/watcher_connid.t`);
-            // a peek, so the line's own read leaves the item's marks as they were.
-            let mut size = 0;
-            let found = self.store().peek_marked(key, None, |item, _| {
-                size = item.value.len();
-            });
-            self.log_fetch(key, found.is_ok(), size);
+            // memcached 1.6.45 logs the lookup every store makes first (`t/watcher_connid.t`).
+            self.log_fetch(key, self.peek_size(key));
         }
         let outcome = write(self.store());
         let recorded = store_outcome(outcome);
@@ -362,20 +389,45 @@ impl<'a> Ops<'a> {
         }
     }
 
-    /// delete, conditioned on `expected_cas` when given.
-    pub fn delete(&self, cmd: Cmd, key: &[u8], expected_cas: Option<u64>) -> Result<(), Refused> {
-        self.delete_with(cmd, key, |store| store.delete_checked(key, expected_cas))
+    /// delete, conditioned on `expected_cas` when given; `logged` as for `delete_with`.
+    pub fn delete(
+        &self,
+        cmd: Cmd,
+        key: &[u8],
+        expected_cas: Option<u64>,
+        logged: Option<&'static str>,
+    ) -> Result<(), Refused> {
+        self.delete_with(cmd, key, logged, |store| {
+            store.delete_checked(key, expected_cas)
+        })
     }
 
-    /// A delete that takes other store calls (meta's `md` with `x` or `I`).
+    /// A delete that takes other store calls (meta's `md` with `x` or `I`). `logged` is the
+    /// `cmd=` of memcached's `deleted` watch line for an item it removes (`delete` for text's
+    /// delete, `md` for a meta delete that is no `I`); `None` logs none (binary's delete, `md
+    /// I`), as in 1.6.45.
     pub fn delete_with(
         &self,
         cmd: Cmd,
         key: &[u8],
+        logged: Option<&'static str>,
         delete: impl FnOnce(&Store) -> Result<(), Refused>,
     ) -> Result<(), Refused> {
         self.prefix(key, PrefixEvent::Delete);
+        let watched = self.shared.watchers.watched();
+        let size = if watched & (Kind::Fetchers as u8 | Kind::Deletions as u8) != 0 {
+            let size = self.peek_size(key);
+            if watched & Kind::Fetchers as u8 != 0 {
+                self.log_fetch(key, size);
+            }
+            size
+        } else {
+            None
+        };
         let done = delete(self.store());
+        if let (Ok(()), Some(word), true) = (&done, logged, watched & Kind::Deletions as u8 != 0) {
+            self.log_deleted(key, word, size.unwrap_or(0));
+        }
         let outcome = match done {
             Ok(()) => Outcome::Hit,
             Err(Refused::NotFound) => Outcome::Miss,
@@ -427,6 +479,9 @@ impl<'a> Ops<'a> {
         new_cas: Option<u64>,
     ) -> Result<(Counted, bool), ArithFailure> {
         let store = self.store();
+        if self.shared.watchers.watching(Kind::Fetchers) {
+            self.log_fetch(key, self.peek_size(key));
+        }
         for _ in 0..2 {
             let counted = store.incr_decr(key, direction, delta, expected_cas, new_cas);
             let (outcome, failure) = match counted {
@@ -449,6 +504,8 @@ impl<'a> Ops<'a> {
                 return Err(failure);
             };
             let digits = initial.to_string();
+            // memcached sets the new TTL (meta's `T`) on the item it created, too.
+            let expiry = new_expiry.unwrap_or(expiry);
             match store.store_with_cas(StoreOp::Add, key, 0, expiry, digits.as_bytes(), new_cas) {
                 StoreOutcome::Stored { cas } => {
                     let counted = Counted {

@@ -237,7 +237,7 @@ impl Shared {
         // Machinery tern does not have (slab classes, the LRU and its crawler, extstore, NAPI
         // ids) shows as off or 0: docs/observability.md names each line and why.
         let lines: [(&str, &dyn std::fmt::Display); 73] = [
-            ("maxbytes", &(s.memory_limit_mb << 20)),
+            ("maxbytes", &self.store.memory_limit()),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
             ("udpport", &s.udp_port),
@@ -504,7 +504,7 @@ fn rusage() -> (f64, f64) {
 pub fn store_stats(store: &Store) -> StoreStats {
     let s = store.stats();
     let segment_bytes = store.segment_size() as u64;
-    let segments_total = store.config().heap_bytes as u64 / segment_bytes;
+    let segments_total = s.heap_bytes / segment_bytes;
     let segments_used = s.heap_used / segment_bytes;
     StoreStats {
         items: s.curr_items,
@@ -512,7 +512,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
         bytes: s.bytes,
         limit_bytes: s.limit_maxbytes,
         index_bytes: s.index_bytes,
-        index_slots: s.index_slots,
+        index_slots: s.index_slots_peak,
         evictions: s.evictions,
         reclaimed: s.reclaimed,
         expired_unfetched: s.expired_unfetched,
@@ -522,6 +522,7 @@ pub fn store_stats(store: &Store) -> StoreStats {
             segment_bytes,
             segments_total,
             segments_free: segments_total.saturating_sub(segments_used),
+            malloced_bytes: s.malloced_bytes,
             live_bytes: s.item_bytes_with_headers,
             dead_bytes: s.heap_used.saturating_sub(s.item_bytes_with_headers),
             merges: s.merges,

@@ -26,6 +26,8 @@ pub enum Kind {
     Evictions = 4,
     /// `conn_new` and `conn_close`.
     Connevents = 8,
+    /// `deleted` for every item a text `delete` or a meta `md` removes.
+    Deletions = 16,
 }
 
 /// memcached's `watch` words, and those memcached knows but tern has nothing to log for
@@ -40,6 +42,7 @@ pub fn parse_kinds(words: &[&[u8]]) -> Option<u8> {
             b"mutations" => Kind::Mutations as u8,
             b"evictions" => Kind::Evictions as u8,
             b"connevents" => Kind::Connevents as u8,
+            b"deletions" => Kind::Deletions as u8,
             b"sysevents" | b"rawcmds" | b"proxyreqs" | b"proxyevents" | b"proxyuser" => 0,
             _ => return None,
         };
@@ -199,9 +202,10 @@ impl Watchers {
             .unwrap_or_default();
         let gid = self.gid.fetch_add(1, Ordering::Relaxed) + 1;
         let mut line = String::with_capacity(160);
+        // memcached prints the microseconds unpadded ("ts=%d.%d").
         let _ = writeln!(
             line,
-            "ts={}.{:06} gid={gid} {fields}",
+            "ts={}.{} gid={gid} {fields}",
             now.as_secs(),
             now.subsec_micros()
         );
@@ -346,6 +350,7 @@ mod tests {
     fn kinds_are_memcacheds_words() {
         assert_eq!(parse_kinds(&[]), Some(Kind::Fetchers as u8));
         assert_eq!(parse_kinds(&[b"evictions", b"connevents"]), Some(4 | 8));
+        assert_eq!(parse_kinds(&[b"deletions"]), Some(16));
         assert_eq!(parse_kinds(&[b"sysevents"]), Some(0));
         assert_eq!(parse_kinds(&[b"bogus"]), None);
     }

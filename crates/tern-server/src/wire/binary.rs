@@ -236,7 +236,7 @@ fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
             status_reply(out, req, status, cas);
         }
         Command::Delete { key } => {
-            let status = match ops.delete(Cmd::Delete, key, expected_cas(req)) {
+            let status = match ops.delete(Cmd::Delete, key, expected_cas(req), None) {
                 Ok(()) => Status::Success,
                 Err(tern_store::Refused::NotFound) => Status::KeyNotFound,
                 Err(tern_store::Refused::Exists) => Status::KeyExists,

@@ -83,14 +83,28 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let touch = f.ttl.map(|ttl| expiry(ops, ttl));
     let vivify = f.vivify_ttl.map(|ttl| expiry(ops, ttl));
     let now = ops.now();
+    // memcached 1.6.45 applies each flag at its place in the line, so an `R` or `t` before
+    // `T` sees the TTL the item had before this request's touch (read first: only for such a
+    // line), one after it the new TTL.
+    let (recache_first, ttl_first) = match touch {
+        Some(_) => (req.flag_before(b'R', b'T'), req.flag_before(b't', b'T')),
+        None => (false, false),
+    };
+    let old = if recache_first || ttl_first {
+        ops.peek_expiry(key)
+    } else {
+        None
+    };
     // A miss with `N` creates an empty item and this client wins its first fill; if another
-    // client created it in between, theirs is read like any hit. `R` and `t` see the TTL after
-    // this request's `T`, wherever the flags stand in the line (1.6.18 applies each at its
-    // position, so `R`/`t` before `T` see the old TTL). `u` (`no_bump`) leaves the item's
-    // fetched mark and access time as they were.
+    // client created it in between, theirs is read like any hit. `u` (`no_bump`) leaves the
+    // item's fetched mark and access time as they were.
     let read = |item: ItemView<'_>, marks: &mut Marks, created: bool| {
+        let expiry_seen = |first: bool| match old {
+            Some(old) if first => old,
+            _ => item.expiry,
+        };
         let recache = f.recache_ttl.is_some_and(|r| {
-            item.expiry
+            expiry_seen(recache_first)
                 .remaining(now)
                 .is_some_and(|left| i64::from(left) < i64::from(r))
         });
@@ -109,7 +123,7 @@ fn get(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
             cas,
             client_flags: item.flags,
             size: item.value.len(),
-            ttl: item.expiry.remaining(now),
+            ttl: expiry_seen(ttl_first).remaining(now),
             last_access: now.saturating_sub(item.last_access),
             hit_before: item.fetched,
             win_sent_before: item.win_sent,
@@ -220,7 +234,9 @@ fn delete(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let key = req.key.bytes();
     let want = f.compare_cas;
     let ttl = f.ttl.map(|ttl| expiry(ops, ttl));
-    let done = ops.delete_with(Cmd::MetaDelete, key, |store| {
+    // memcached logs a `deleted` line for an `md` that is no `I` (`x` too: the value goes).
+    let logged = (!f.invalidate).then_some("md");
+    let done = ops.delete_with(Cmd::MetaDelete, key, logged, |store| {
         if f.remove_value {
             // `x`, as memcached 1.6.45 does it: the item is replaced by an empty one with the
             // request's flags (`F`, else 0) and TTL (`T`, else none), keeping its CAS unless

@@ -275,7 +275,7 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
         }
         Command::Meta { line } => return (meta::run(ops, line, data, out.buf()), After::Continue),
         Command::Delete { key, noreply } => {
-            let text = match ops.delete(Cmd::Delete, key, None) {
+            let text = match ops.delete(Cmd::Delete, key, None, Some("delete")) {
                 Ok(()) => ascii::DELETED,
                 Err(_) => ascii::NOT_FOUND,
             };

@@ -37,8 +37,13 @@ impl std::str::FromStr for Eviction {
 /// Store settings, fixed at start.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The heap: item bytes never exceed this (memcached's `-m`).
+    /// The heap: item bytes never exceed this (memcached's `-m`), until `cache_memlimit`
+    /// changes it (`Store::set_memory_limit`).
     pub heap_bytes: usize,
+    /// The most `Store::set_memory_limit` may raise the limit to (its address space is
+    /// reserved at start, backed only as it is used); 0: the machine's physical memory. Never
+    /// below `heap_bytes`, and no more segments than the index can address.
+    pub max_heap_bytes: usize,
     /// Largest value accepted (memcached's `-I`).
     pub max_item_size: usize,
     pub eviction: Eviction,
@@ -61,6 +66,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             heap_bytes: 64 << 20,
+            max_heap_bytes: 0,
             max_item_size: 1 << 20,
             eviction: Eviction::default(),
             cas_enabled: true,
@@ -95,6 +101,26 @@ pub(crate) struct Geometry {
     /// log2 of the segment size.
     pub(crate) segment_shift: u32,
     pub(crate) segments: usize,
+    /// Segments the heap may grow to (`Config::max_heap_bytes`), at least `segments`.
+    pub(crate) reserved: usize,
+}
+
+/// The most segments an index entry can name (`Loc::pack` stores the segment plus one in the
+/// bits left beside the tag and the offset, and the all-ones value is never a segment).
+const MAX_SEGMENTS: usize = (1 << (64 - index::TAG_BITS - OFFSET_BITS)) - 2;
+
+/// The machine's physical memory: where 0 leaves `Config::max_heap_bytes`.
+fn physical_memory() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    usize::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(usize::try_from(page).unwrap_or(0))
 }
 
 impl Geometry {
@@ -124,15 +150,20 @@ impl Geometry {
                 config.heap_bytes
             )));
         }
-        if segments >= (1 << (64 - index::TAG_BITS - OFFSET_BITS)) - 1 {
+        if segments > MAX_SEGMENTS {
             return Err(StoreError::Config(format!(
                 "{segments} segments is more than the index can address; use a larger segment size"
             )));
         }
+        let max_bytes = match config.max_heap_bytes {
+            0 => physical_memory(),
+            bytes => bytes,
+        };
         Ok(Geometry {
             shards,
             segment_shift: segment_size.trailing_zeros(),
             segments,
+            reserved: (max_bytes / segment_size).clamp(segments, MAX_SEGMENTS),
         })
     }
 }
@@ -164,6 +195,7 @@ mod tests {
         };
         let default = geometry(64 << 20, 16);
         assert_eq!((default.segment_shift, default.segments), (18, 256));
+        assert!(default.reserved >= default.segments);
         assert_eq!(geometry(64 << 20, 64).segment_shift, 16);
         assert_eq!(geometry(64 << 10, 16).segment_shift, 12);
         assert_eq!(geometry(64 << 20, 5).shards, 8);

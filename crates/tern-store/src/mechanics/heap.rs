@@ -1,10 +1,16 @@
-//! The heap: one anonymous mapping of `-m` bytes made at start. Pages are only backed when a
-//! segment is first written, so RSS grows with use and never past the mapping; after the memory
-//! limit is lowered, free segments' pages are given back (`discard`).
+//! The heap: one anonymous mapping made at start. Its address space is reserved up to the most
+//! the memory limit may be raised to (`Config::max_heap_bytes`), but only the first `-m` bytes
+//! are readable and writable (the rest is PROT_NONE until `grow` opens it, so nothing can touch
+//! memory the limit has not allowed). Pages are only backed when a segment is first written,
+//! so RSS grows with use and never past what is open; after the memory limit is lowered, free
+//! segments' pages are given back (`discard`).
 //!
 //! With a memory file (memcached's `-e`, see `persist`) the heap is a shared mapping of that
 //! file instead, so the items outlive the process; the file's space is reserved before it is
-//! mapped, so no page of the mapping lacks its place in the file system.
+//! mapped, so no page of the mapping lacks its place in the file system. Such a heap, and one of
+//! MAP_HUGETLB pages (whose pool is reserved up front), cannot grow.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use super::error::StoreError;
 
@@ -21,8 +27,12 @@ pub enum PageKind {
 
 pub(crate) struct Heap {
     base: *mut u8,
-    len: usize,
-    /// Bytes actually mapped: `len` rounded up to whole huge pages for MAP_HUGETLB.
+    /// Bytes open to reads and writes, from `base`: the start's, then as `grow` raised it.
+    /// Changed only by `grow`, under the pool lock; read for bounds checks.
+    len: AtomicUsize,
+    /// Bytes `len` may grow to: the address space reserved.
+    reserved: usize,
+    /// Bytes actually mapped: `reserved` rounded up to whole huge pages for MAP_HUGETLB.
     mapped: usize,
     pub(crate) pages: PageKind,
     /// mlocked (`-k`): pages stay resident, and `discard` leaves them be.
@@ -42,30 +52,70 @@ unsafe impl Sync for Heap {}
 const HUGE_PAGE: usize = 2 << 20;
 
 impl Heap {
-    pub(crate) fn new(len: usize, large_pages: bool, lock: bool) -> Result<Heap, StoreError> {
+    /// A heap of `len` bytes that may grow to `reserve` (at least `len`). Where that much
+    /// address space cannot be had (`ulimit -v`), or with MAP_HUGETLB pages, it cannot grow.
+    pub(crate) fn new(
+        len: usize,
+        reserve: usize,
+        large_pages: bool,
+        lock: bool,
+    ) -> Result<Heap, StoreError> {
         // MAP_HUGETLB (without MAP_NORESERVE, which would defer failure to a SIGBUS on first
         // touch) only succeeds when enough huge pages are reserved (vm.nr_hugepages); otherwise
         // fall back to ordinary pages with transparent huge pages requested.
         let rounded = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let huge = if large_pages {
-            map(rounded, libc::MAP_HUGETLB)
+            map(
+                rounded,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_HUGETLB,
+            )
         } else {
             None
         };
-        let (base, mapped, pages) = match huge {
-            Some(base) => (base, rounded, PageKind::HugeTlb),
-            None => (map_or_err(len)?, len, PageKind::Normal),
+        if let Some(base) = huge {
+            let mut heap = Heap {
+                base,
+                len: AtomicUsize::new(len),
+                reserved: len,
+                mapped: rounded,
+                pages: PageKind::HugeTlb,
+                locked: false,
+                page_size: page_size(),
+                file_backed: false,
+            };
+            heap.finish(large_pages, lock)?;
+            return Ok(heap);
+        }
+        // Ordinary pages: the whole reservation without access, then the first `len` bytes
+        // opened as `grow` opens more later.
+        let reserve = reserve.max(len);
+        let (base, reserved) = match map(reserve, libc::PROT_NONE, 0) {
+            Some(base) => (base, reserve),
+            None => (map_or_err(len)?, len),
         };
         let mut heap = Heap {
             base,
-            len,
-            mapped,
-            pages,
-            locked: false,
+            len: AtomicUsize::new(0),
+            reserved,
+            mapped: reserved,
+            pages: PageKind::Normal,
+            locked: lock,
             page_size: page_size(),
             file_backed: false,
         };
-        heap.finish(large_pages, lock)?;
+        heap.grow(len).map_err(|e| match e {
+            GrowError::Lock(err) => StoreError::Lock(lock_message(len, &err)),
+            GrowError::Map(err) => {
+                StoreError::Config(format!("cannot map a {len}-byte heap: {err}"))
+            }
+            // `reserved` is at least `len`.
+            GrowError::Reserved => StoreError::Config(format!("cannot map a {len}-byte heap")),
+        })?;
+        // Growing later asks for them too (see `grow`).
+        if large_pages && heap.advise_huge(0, len) {
+            heap.pages = PageKind::TransparentHuge;
+        }
         Ok(heap)
     }
 
@@ -102,7 +152,8 @@ impl Heap {
         }
         let mut heap = Heap {
             base: base.cast(),
-            len,
+            len: AtomicUsize::new(len),
+            reserved: len,
             mapped: len,
             pages: PageKind::Normal,
             locked: false,
@@ -113,27 +164,71 @@ impl Heap {
         Ok(heap)
     }
 
-    /// `-L` (transparent huge pages where no MAP_HUGETLB mapping was had) and `-k`.
+    /// `-L` (transparent huge pages where no MAP_HUGETLB mapping was had) and `-k`, for a
+    /// heap mapped whole at start (a memory file's, or MAP_HUGETLB pages).
     fn finish(&mut self, large_pages: bool, lock: bool) -> Result<(), StoreError> {
-        let (base, len) = (self.base, self.len);
-        if large_pages && self.pages == PageKind::Normal {
-            // SAFETY: advice on our own mapping; failure only means no transparent huge pages.
-            let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
-            if rc == 0 {
-                self.pages = PageKind::TransparentHuge;
-            }
+        let len = self.len();
+        if large_pages && self.pages == PageKind::Normal && self.advise_huge(0, len) {
+            self.pages = PageKind::TransparentHuge;
         }
         if lock {
             // SAFETY: locks our own mapping; no memory is read or written.
-            if unsafe { libc::mlock(base.cast(), len) } != 0 {
+            if unsafe { libc::mlock(self.base.cast(), len) } != 0 {
                 let err = std::io::Error::last_os_error();
-                return Err(StoreError::Lock(format!(
-                    "cannot lock the {len}-byte heap in memory (mlock: {err}); raise the limit \
-                     with `ulimit -l` / RLIMIT_MEMLOCK, or start without -k"
-                )));
+                return Err(StoreError::Lock(lock_message(len, &err)));
             }
             self.locked = true;
         }
+        Ok(())
+    }
+
+    /// Asks for transparent huge pages over `len` bytes at `start`; false if refused.
+    fn advise_huge(&self, start: usize, len: usize) -> bool {
+        // SAFETY: advice on our own mapping; failure only means no transparent huge pages.
+        unsafe { libc::madvise(self.base.add(start).cast(), len, libc::MADV_HUGEPAGE) == 0 }
+    }
+
+    /// Bytes open to reads and writes.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Relaxed)
+    }
+
+    /// Bytes the heap may grow to.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved
+    }
+
+    /// Opens the heap up to `len` bytes (a raised memory limit): readable and writable, with
+    /// transparent huge pages asked for where the rest has them, and locked in memory with
+    /// `-k`. No page is touched, so memory is used only as segments there are written. The
+    /// caller holds the pool lock (`Segments::grow`), so two growths never race.
+    pub(crate) fn grow(&self, len: usize) -> Result<(), GrowError> {
+        let from = self.len();
+        if len <= from {
+            return Ok(());
+        }
+        if len > self.reserved {
+            return Err(GrowError::Reserved);
+        }
+        // SAFETY: `from..len` lies inside our own reservation, which nothing refers to yet
+        // (no segment there has been handed out); changing its protection touches no memory.
+        let (start, bytes) = (unsafe { self.base.add(from) }, len - from);
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: as above.
+        if unsafe { libc::mprotect(start.cast(), bytes, rw) } != 0 {
+            return Err(GrowError::Map(std::io::Error::last_os_error()));
+        }
+        if self.pages == PageKind::TransparentHuge {
+            self.advise_huge(from, bytes);
+        }
+        // SAFETY: locks pages of our own mapping; no memory is read or written.
+        if self.locked && unsafe { libc::mlock(start.cast(), bytes) } != 0 {
+            let err = std::io::Error::last_os_error();
+            // SAFETY: closes again what was opened above, which nothing refers to.
+            unsafe { libc::mprotect(start.cast(), bytes, libc::PROT_NONE) };
+            return Err(GrowError::Lock(err));
+        }
+        self.len.store(len, Relaxed);
         Ok(())
     }
 
@@ -175,7 +270,7 @@ impl Heap {
     /// is made until this returns (`Segments::discard`, the only caller, holds the free pool's
     /// lock over free segments).
     pub(crate) unsafe fn discard(&self, start: usize, len: usize) -> bool {
-        debug_assert!(start + len <= self.len);
+        debug_assert!(start + len <= self.len());
         let from = start.next_multiple_of(self.page_size);
         let to = (start + len) / self.page_size * self.page_size;
         if from >= to {
@@ -201,12 +296,12 @@ impl Heap {
     /// `len` bytes at `start`.
     ///
     /// # Safety
-    /// `start + len` is within the mapping, and for the life of the slice no other reference into
+    /// `start + len` is within the open part of the mapping (`len`), and for the life of the slice no other reference into
     /// those bytes exists: the caller holds the lock of the shard that owns the segments holding
     /// them (`Segments::read` and `Segments::write`, the only callers, see to it).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [u8] {
-        debug_assert!(start + len <= self.len);
+        debug_assert!(start + len <= self.len());
         // SAFETY: in bounds of our mapping (caller's contract), which lives as long as `self`;
         // exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(start), len) }
@@ -227,9 +322,37 @@ fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096)
 }
 
-fn map(len: usize, extra_flags: libc::c_int) -> Option<*mut u8> {
-    // Ordinary pages are backed on first touch, like memcached's heap, so a large `-m` does
-    // not need that much free memory up front.
+/// Why a heap could not grow.
+#[derive(Debug)]
+pub(crate) enum GrowError {
+    /// Past the address space reserved at start (or the heap cannot grow at all).
+    Reserved,
+    /// mprotect refused (strict overcommit: no memory to commit).
+    Map(std::io::Error),
+    /// mlock refused (`-k` past RLIMIT_MEMLOCK).
+    Lock(std::io::Error),
+}
+
+impl std::fmt::Display for GrowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GrowError::Reserved => write!(f, "past the address space reserved at start"),
+            GrowError::Map(err) => write!(f, "mprotect: {err}"),
+            GrowError::Lock(err) => write!(f, "mlock: {err}"),
+        }
+    }
+}
+
+fn lock_message(len: usize, err: &std::io::Error) -> String {
+    format!(
+        "cannot lock the {len}-byte heap in memory (mlock: {err}); raise the limit with \
+         `ulimit -l` / RLIMIT_MEMLOCK, or start without -k"
+    )
+}
+
+fn map(len: usize, prot: libc::c_int, extra_flags: libc::c_int) -> Option<*mut u8> {
+    // Ordinary pages are backed on first touch, like memcached's heap, so a large `-m` (or
+    // reservation) does not need that much free memory up front.
     let reserve = if extra_flags == 0 {
         libc::MAP_NORESERVE
     } else {
@@ -240,7 +363,7 @@ fn map(len: usize, extra_flags: libc::c_int) -> Option<*mut u8> {
         libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags | reserve,
             -1,
             0,
@@ -250,7 +373,7 @@ fn map(len: usize, extra_flags: libc::c_int) -> Option<*mut u8> {
 }
 
 fn map_or_err(len: usize) -> Result<*mut u8, StoreError> {
-    map(len, 0).ok_or_else(|| {
+    map(len, libc::PROT_NONE, 0).ok_or_else(|| {
         StoreError::Config(format!(
             "cannot map a {len}-byte heap: {}",
             std::io::Error::last_os_error()
@@ -280,9 +403,9 @@ impl Heap {
         } else {
             libc::PROT_READ | libc::PROT_WRITE
         };
-        // SAFETY: changes the protection of our own mapping, whole; the caller holds no slice
-        // of it that it writes through while it is read-only.
-        let rc = unsafe { libc::mprotect(self.base.cast(), self.mapped, prot) };
+        // SAFETY: changes the protection of our own mapping's open part; the caller holds no
+        // slice of it that it writes through while it is read-only.
+        let rc = unsafe { libc::mprotect(self.base.cast(), self.len(), prot) };
         assert_eq!(rc, 0);
     }
 
@@ -290,7 +413,7 @@ impl Heap {
     /// machine backs anonymous memory with transparent huge pages.
     pub(crate) fn no_huge_pages(&self) {
         // SAFETY: advice on our own mapping; no memory is read or written.
-        let rc = unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_NOHUGEPAGE) };
+        let rc = unsafe { libc::madvise(self.base.cast(), self.len(), libc::MADV_NOHUGEPAGE) };
         assert_eq!(rc, 0);
     }
 }
@@ -345,10 +468,30 @@ mod tests {
     }
 
     #[test]
+    fn a_heap_grows_within_its_reservation_and_no_further() {
+        let page = page_size();
+        let heap = Heap::new(4 * page, 16 * page, false, false).unwrap();
+        assert_eq!((heap.len(), heap.reserved()), (4 * page, 16 * page));
+        heap.grow(12 * page).unwrap();
+        assert_eq!(heap.len(), 12 * page);
+        // SAFETY: the only reference into the heap, inside its open part.
+        let bytes = unsafe { heap.slice(0, 12 * page) };
+        bytes.fill(5);
+        assert!(bytes.iter().all(|&b| b == 5));
+        assert!(matches!(heap.grow(17 * page), Err(GrowError::Reserved)));
+        heap.grow(2 * page).unwrap();
+        assert_eq!(heap.len(), 12 * page, "a heap never shrinks");
+        // Reserved at its own size (as a memory file's or huge pages' heap is): no growth.
+        let fixed = Heap::new(4 * page, 0, false, false).unwrap();
+        assert_eq!(fixed.reserved(), 4 * page);
+        assert!(matches!(fixed.grow(5 * page), Err(GrowError::Reserved)));
+    }
+
+    #[test]
     fn discarded_pages_leave_memory_and_read_back_zero_while_their_neighbours_stay() {
         let page = page_size();
         let len = 16 * page;
-        let heap = Heap::new(len, false, false).unwrap();
+        let heap = Heap::new(len, len, false, false).unwrap();
         heap.no_huge_pages();
         // SAFETY: the only reference into the heap, dropped at the end of the statement.
         unsafe { heap.slice(0, len) }.fill(0xab);

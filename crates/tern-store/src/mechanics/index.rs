@@ -148,6 +148,11 @@ impl Index {
         self.buckets.len() * BUCKET_BYTES
     }
 
+    /// Slots in `bytes` of tables (the pool counts the index in bytes).
+    pub(crate) fn slots_in(bytes: usize) -> usize {
+        bytes / BUCKET_BYTES * WAYS
+    }
+
     /// Entries the table has room for (its buckets' slots, full or not).
     pub(crate) fn slots(&self) -> usize {
         self.buckets.len() * WAYS

@@ -22,6 +22,9 @@ pub(crate) struct Pool {
     limit: usize,
     /// Bytes of every shard's index tables, a rebuild's new table included while it is built.
     index_bytes: usize,
+    /// The most `index_bytes` has been once a rebuild dropped its old table (memcached's hash
+    /// table never shrinks, so its `hash_power_level` is the largest it has been).
+    index_peak: usize,
     /// Where the next large-item window starts, so evictions for runs rotate over the heap.
     window: usize,
 }
@@ -51,6 +54,7 @@ impl Pool {
             segment_size,
             limit: segments,
             index_bytes: 0,
+            index_peak: 0,
             window: 0,
         };
         for i in 0..segments {
@@ -60,6 +64,30 @@ impl Pool {
         pool
     }
 
+    /// Takes in the segments from `self.segments` up to `segments`, free and cold (the heap
+    /// just opened them: `Segments::grow`).
+    pub(crate) fn grow(&mut self, segments: usize) {
+        let words = segments.div_ceil(64);
+        for bits in [&mut self.free, &mut self.claimed, &mut self.cold] {
+            bits.resize(words, 0);
+        }
+        for i in self.segments..segments {
+            set_bit(&mut self.free, i, true);
+            set_bit(&mut self.cold, i, true);
+        }
+        let added = segments - self.segments;
+        self.free_count += added;
+        self.cold_count += added;
+        self.segments = segments;
+    }
+
+    /// Segments whose pages may hold memory: written since the heap was mapped and not given
+    /// back since (memcached's `total_malloced`, in segments).
+    pub(crate) fn warm(&self) -> usize {
+        self.segments - self.cold_count
+    }
+
+    #[cfg(test)]
     pub(crate) fn free_count(&self) -> usize {
         self.free_count
     }
@@ -110,16 +138,29 @@ impl Pool {
         self.index_bytes += bytes;
     }
 
+    /// Takes `bytes` of index off the charge: a table dropped, so what is left is what the
+    /// tables hold, and the peak is taken here.
     pub(crate) fn uncharge_index(&mut self, bytes: usize) {
         debug_assert!(bytes <= self.index_bytes);
         self.index_bytes -= bytes;
+        self.index_peak = self.index_peak.max(self.index_bytes);
+    }
+
+    /// The most bytes the index has held (see `index_peak`).
+    pub(crate) fn index_peak(&self) -> usize {
+        self.index_peak
+    }
+
+    /// Carries a saved store's peak over a restart (`persist`).
+    pub(crate) fn restore_index_peak(&mut self, bytes: usize) {
+        self.index_peak = self.index_peak.max(bytes);
     }
 
     /// Segments whose pages may be resident beyond what the limit leaves the heap once the
     /// index is charged: that many free ones must give their memory back.
     pub(crate) fn excess_warm(&self) -> usize {
-        let warm = self.segments - self.cold_count;
-        warm.saturating_sub(self.limit.saturating_sub(self.index_segments()))
+        self.warm()
+            .saturating_sub(self.limit.saturating_sub(self.index_segments()))
     }
 
     /// Segments that may still leave the pool before the limit is reached.

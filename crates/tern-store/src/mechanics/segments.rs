@@ -15,10 +15,11 @@
 //! A free segment is no one's, so its memory can go back to the OS (`discard`), under the pool
 //! lock that keeps it free meanwhile.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::clock::UnixSecs;
-use super::heap::{Heap, PageKind};
+use super::heap::{GrowError, Heap, PageKind};
 use super::pool::Pool;
 
 /// Bits of an item location's byte offset: the largest segment is 1 MiB.
@@ -121,9 +122,74 @@ impl Owner {
     }
 }
 
+/// One `SegMeta` per segment the heap may grow to, in an anonymous mapping: the kernel backs a
+/// page of it only when an entry there is first written (`Segments::grow` initialises the
+/// entries of the segments it opens), so a heap that may grow far past `-m` costs no memory for
+/// bookkeeping until it does. Entries never initialised read as zeros (valid for atomics) and
+/// are never read: only segments below `Segments::count` are ever named.
+struct MetaTable {
+    base: NonNull<SegMeta>,
+    len: usize,
+}
+
+// SAFETY: the table is plain memory of atomics owned by it for its whole life.
+unsafe impl Send for MetaTable {}
+// SAFETY: as above; every field is an atomic, so shared references are sound.
+unsafe impl Sync for MetaTable {}
+
+impl MetaTable {
+    fn new(len: usize) -> MetaTable {
+        let bytes = (len * size_of::<SegMeta>()).max(1);
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it. Page-aligned,
+        // so aligned for `SegMeta` (64 bytes).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            base != libc::MAP_FAILED,
+            "cannot map {bytes} bytes of segment bookkeeping: {}",
+            std::io::Error::last_os_error()
+        );
+        MetaTable {
+            base: NonNull::new(base.cast()).expect("mmap returned null"),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for MetaTable {
+    type Target = [SegMeta];
+
+    #[inline(always)]
+    fn deref(&self) -> &[SegMeta] {
+        // SAFETY: `len` entries of zero-initialised (the kernel's fresh pages) atomics, valid
+        // as any bit pattern of zeros, in a mapping that lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for MetaTable {
+    fn drop(&mut self) {
+        let bytes = (self.len * size_of::<SegMeta>()).max(1);
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference outlives the table
+        // because they borrow it.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), bytes) };
+    }
+}
+
 pub(crate) struct Segments {
     heap: Heap,
-    metas: Box<[SegMeta]>,
+    metas: MetaTable,
+    /// Segments open for use: the start's, then as `grow` raised it. Segments past it exist
+    /// only as reserved address space; the pool hands out none of them.
+    count: AtomicUsize,
     /// log2 of the segment size.
     shift: u32,
     /// Hands out segment epochs (the high bits of CAS uniques, and age order).
@@ -132,24 +198,55 @@ pub(crate) struct Segments {
 }
 
 impl Segments {
+    /// `count` segments of `1 << shift` bytes over `heap`, which may grow to as many as its
+    /// reservation holds.
     pub(crate) fn new(heap: Heap, count: usize, shift: u32, cas_enabled: bool) -> Segments {
-        let metas: Box<[SegMeta]> = (0..count).map(|_| SegMeta::default()).collect();
-        for (i, meta) in metas.iter().enumerate() {
-            set32(&meta.owner, OWNER_FREE);
-            set32(&meta.head, i as u32);
-            set32(&meta.run_len, 1);
-        }
-        Segments {
+        let segs = Segments {
+            metas: MetaTable::new(heap.reserved() >> shift),
             heap,
-            metas,
+            count: AtomicUsize::new(0),
             shift,
             epoch: AtomicU64::new(1),
             cas_enabled,
+        };
+        segs.init_metas(0..count);
+        segs.count.store(count, Relaxed);
+        segs
+    }
+
+    fn init_metas(&self, segs: std::ops::Range<usize>) {
+        for (i, meta) in self.metas[segs.clone()].iter().enumerate() {
+            set32(&meta.owner, OWNER_FREE);
+            set32(&meta.head, (segs.start + i) as u32);
+            set32(&meta.run_len, 1);
         }
     }
 
+    /// Segments open for use.
     pub(crate) fn count(&self) -> usize {
+        self.count.load(Relaxed)
+    }
+
+    /// Segments the heap may grow to.
+    pub(crate) fn reserved(&self) -> usize {
         self.metas.len()
+    }
+
+    /// Opens segments up to `count` (a raised memory limit), free; `pool`, whose lock the
+    /// caller holds, is grown to match, so no one takes one before it is ready.
+    pub(crate) fn grow(&self, pool: &mut Pool, count: usize) -> Result<(), GrowError> {
+        let from = self.count();
+        if count <= from {
+            return Ok(());
+        }
+        if count > self.reserved() {
+            return Err(GrowError::Reserved);
+        }
+        self.heap.grow(count << self.shift)?;
+        self.init_metas(from..count);
+        self.count.store(count, Relaxed);
+        pool.grow(count);
+        Ok(())
     }
 
     #[inline]
@@ -285,7 +382,8 @@ impl Segments {
             owner.id
         );
         let run = get32(&meta.run_len).max(1) as usize;
-        // SAFETY: `seg + run <= count`, so the range is inside the heap. The segment belongs
+        // SAFETY: `seg + run <= count` (segments past it are never handed out by the pool, so
+        // no shard names one), so the range is inside the heap's open part. The segment belongs
         // to `owner`'s shard (asserted in debug builds: a shard's index, chains and `Found`s
         // name only its own segments, and a segment changes hands only through the pool), and
         // an `Owner` is reachable only under its shard's lock, so no other thread touches
@@ -316,8 +414,9 @@ impl Segments {
             "segments {start}..{} are not all free",
             start + len
         );
-        // SAFETY: the segments exist (`is_free` indexed them), so the range is in the heap. No
-        // reference into their bytes is alive: bytes are reached only through `bytes`, by the
+        // SAFETY: the segments are open (the pool, which knows only those below `count`, says
+        // they are free), so the range is in the heap's open part. No reference into their
+        // bytes is alive: bytes are reached only through `bytes`, by the
         // shard owning the segment, and each slice borrows that shard's `Owner`, so it ended
         // before the shard, holding itself exclusively, gave the segment up (`set_free` and
         // `Pool::give`, under the pool lock). None is made until this returns: a free segment
@@ -407,7 +506,12 @@ mod tests {
     use super::*;
 
     fn segments() -> Segments {
-        Segments::new(Heap::new(16 << 12, false, false).unwrap(), 16, 12, true)
+        Segments::new(
+            Heap::new(16 << 12, 16 << 12, false, false).unwrap(),
+            16,
+            12,
+            true,
+        )
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! memcached's `cache_memlimit`: the memory limit, lowered or raised while the store runs. The
-//! heap is mapped once at start (`Config::heap_bytes`, memcached's `-m`), so the limit moves
-//! within it: the pool hands out no segment past it, lowering it evicts down to it, and the
-//! free segments' memory goes back to the OS.
+//! heap opens `Config::heap_bytes` (memcached's `-m`) at start within an address space
+//! reserved up to `Config::max_heap_bytes`; raising the limit past what is open opens more
+//! segments (`Segments::grow`), backed as they are written. The pool hands out no segment past
+//! the limit, lowering it evicts down to it, and the free segments' memory goes back to the OS.
 //!
 //! The index counts inside the limit too. Its tables live outside the heap, so each segment's
 //! worth of them is charged to the pool as one segment fewer for items, and that many free
@@ -26,28 +27,34 @@ const MIN_SEGMENTS_PER_SHARD: usize = 2;
 /// meanwhile waits for one short madvise, not for the whole heap's.
 const DISCARD_STEP_BYTES: usize = 8 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryLimitError {
     #[error("cannot set the memory limit below {min} bytes")]
     TooSmall { min: usize },
-    #[error("cannot set the memory limit above the {max}-byte heap mapped at start (-m)")]
+    #[error("cannot set the memory limit above {max} bytes, the most this heap can grow to")]
     TooLarge { max: usize },
+    /// The kernel refused the memory (strict overcommit; `-k` past RLIMIT_MEMLOCK). A memory
+    /// file's (`-e`) or MAP_HUGETLB pages' heap cannot grow at all: `TooLarge`.
+    #[error("cannot raise the memory limit past the {open}-byte heap: {why}")]
+    CannotGrow { open: usize, why: String },
 }
 
 impl Store {
     /// The memory limit in bytes (memcached's `limit_maxbytes`): `Config::heap_bytes` rounded
-    /// down to whole segments (the heap as mapped) until `set_memory_limit` changes it.
+    /// down to whole segments until `set_memory_limit` changes it.
     pub fn memory_limit(&self) -> usize {
         self.pool().limit() * self.segs.size()
     }
 
-    /// memcached's `cache_memlimit`: sets how much of the heap items may use, `bytes` rounded
-    /// down to whole segments. Lowering it frees segments until those in use fit: expired ones
+    /// memcached's `cache_memlimit`: sets how much memory items may use, `bytes` rounded down
+    /// to whole segments. Lowering it frees segments until those in use fit: expired ones
     /// first, then by the eviction policy, each time in the shard holding the heap's oldest
     /// segment (as a write in a full heap does), one shard's lock at a time; then the free
     /// segments' memory goes back to the OS (MADV_DONTNEED) and RSS falls, except for a heap
     /// locked with `-k` or backed by MAP_HUGETLB pages (see `Heap::can_discard`). Raising it
-    /// lets writes use the segments again, their pages faulting back in as they are written.
+    /// lets writes use the segments again, their pages faulting back in as they are written,
+    /// and past the heap opened so far opens more of the address space reserved at start (as
+    /// memcached mallocs more pages once its limit is raised).
     ///
     /// On return the segments in use fit the limit, unless no more could be freed: with
     /// `Eviction::None` only expired items go, so the limit is set but more may stay in use;
@@ -55,24 +62,31 @@ impl Store {
     /// out of memory, as in a full heap. (A large write in flight holds its run until linked.)
     ///
     /// # Errors
-    /// `TooLarge` above `Config::heap_bytes`: the heap is mapped once at start, so the limit
-    /// cannot pass `-m`. `TooSmall` below the most of: 8 MiB (memcached's floor), two segments
-    /// per shard, and the run of segments the largest item (`Config::max_item_size`) takes;
-    /// but never above the whole heap, which can always be set.
+    /// `TooLarge` above the reservation (`Config::max_heap_bytes`); `CannotGrow` where the
+    /// heap cannot open more (a memory file's, MAP_HUGETLB pages', or the kernel refused).
+    /// `TooSmall` below the most of: 8 MiB (memcached's floor), two segments per shard, and
+    /// the run of segments the largest item (`Config::max_item_size`) takes; but never above
+    /// the heap opened so far, which can always be set.
     pub fn set_memory_limit(&self, bytes: usize) -> Result<(), MemoryLimitError> {
-        if bytes > self.config.heap_bytes {
-            return Err(MemoryLimitError::TooLarge {
-                max: self.config.heap_bytes,
-            });
-        }
         let size = self.segs.size();
         let segments = bytes / size;
+        if segments > self.segs.reserved() {
+            return Err(MemoryLimitError::TooLarge {
+                max: self.segs.reserved() * size,
+            });
+        }
         let min = self.min_limit_segments();
         if segments < min {
             return Err(MemoryLimitError::TooSmall { min: min * size });
         }
         let lowered = {
             let mut pool = self.pool();
+            self.segs
+                .grow(&mut pool, segments)
+                .map_err(|e| MemoryLimitError::CannotGrow {
+                    open: self.segs.count() * size,
+                    why: e.to_string(),
+                })?;
             let lowered = segments < pool.limit();
             pool.set_limit(segments);
             lowered
@@ -220,6 +234,7 @@ mod tests {
     use crate::mechanics::clock::Clock;
     use crate::mechanics::config::{Config, Eviction};
     use crate::mechanics::types::{Expiry, StoreOp, StoreOutcome};
+    use crate::store::memlimit::MemoryLimitError;
     use crate::store::Store;
 
     /// Segments with any page in memory, and whether every free one has none.
@@ -398,6 +413,92 @@ mod tests {
                 assert_within_budget(&s);
             }
         }
+    }
+
+    #[test]
+    fn a_raise_past_the_start_heap_opens_more_and_a_shrink_gives_it_back() {
+        let s = Store::new(
+            Config {
+                heap_bytes: 8 << 20,
+                max_heap_bytes: 32 << 20,
+                shards: 4,
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(1_700_000_000)),
+        )
+        .unwrap();
+        s.segs.heap().no_huge_pages();
+        let write = |keys: std::ops::Range<u32>| {
+            for key in keys {
+                let outcome = s.store(
+                    StoreOp::Set,
+                    &key.to_le_bytes(),
+                    0,
+                    Expiry::NEVER,
+                    &[7; 2000],
+                );
+                assert!(matches!(outcome, StoreOutcome::Stored { .. }));
+            }
+        };
+        // 20 MB of items in the 8 MiB heap: evicted down to it.
+        write(0..10_000);
+        let before = s.stats();
+        assert!(before.evictions > 0);
+        assert_eq!(before.heap_bytes, 8 << 20);
+        assert!(before.malloced_bytes <= 8 << 20);
+        assert_eq!(
+            s.set_memory_limit(33 << 20),
+            Err(MemoryLimitError::TooLarge { max: 32 << 20 })
+        );
+        s.set_memory_limit(24 << 20).unwrap();
+        assert_within_budget(&s);
+        write(10_000..20_000);
+        let raised = s.stats();
+        assert_eq!(
+            (raised.limit_maxbytes, raised.heap_bytes),
+            (24 << 20, 24 << 20)
+        );
+        assert!(raised.heap_used > 16 << 20, "{raised:?}");
+        assert!(raised.malloced_bytes > 16 << 20, "{raised:?}");
+        // No eviction while the new room lasted: the newest 8,000 items all read back.
+        for key in 12_000..20_000u32 {
+            s.get(&key.to_le_bytes(), |v| assert_eq!(v.value, [7; 2000]))
+                .unwrap();
+        }
+        assert_within_budget(&s);
+        s.set_memory_limit(8 << 20).unwrap();
+        let lowered = s.stats();
+        assert_eq!(lowered.heap_bytes, 24 << 20, "what was opened stays open");
+        assert!(lowered.malloced_bytes <= 8 << 20, "{lowered:?}");
+        let (in_memory, free_released) = residency(&s);
+        assert!(free_released && in_memory <= (8 << 20) / s.segs.size());
+        assert_within_budget(&s);
+    }
+
+    #[test]
+    fn a_heap_that_cannot_grow_refuses_a_raise_and_still_shrinks() {
+        let s = small_store(16 << 20, Eviction::Merge);
+        let max = s.segs.reserved() * s.segs.size();
+        assert_eq!(
+            s.set_memory_limit(max + s.segs.size()),
+            Err(MemoryLimitError::TooLarge { max })
+        );
+        let capped = Store::new(
+            Config {
+                heap_bytes: 16 << 20,
+                max_heap_bytes: 1 << 20,
+                shards: 4,
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(1_700_000_000)),
+        )
+        .unwrap();
+        assert_eq!(
+            capped.set_memory_limit(17 << 20),
+            Err(MemoryLimitError::TooLarge { max: 16 << 20 })
+        );
+        capped.set_memory_limit(8 << 20).unwrap();
+        assert_eq!(capped.memory_limit(), 8 << 20);
     }
 
     #[test]

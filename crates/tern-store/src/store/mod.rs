@@ -65,6 +65,7 @@ impl Store {
         let geometry = Geometry::of(&config)?;
         let heap = Heap::new(
             geometry.segments << geometry.segment_shift,
+            geometry.reserved << geometry.segment_shift,
             config.large_pages,
             config.lock_memory,
         )?;

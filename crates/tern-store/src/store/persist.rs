@@ -39,8 +39,9 @@ use crate::mechanics::types::Expiry;
 
 const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
-/// refused, not misread. 2: large items carry a CAS field.
-const FORMAT_VERSION: u32 = 2;
+/// refused, not misread. 2: large items carry a CAS field. 3: the index's peak size follows
+/// the flush mark (version 2 is still read: its peak is unknown, so 0).
+const FORMAT_VERSION: u32 = 3;
 /// What every metadata file begins with: the magic and the format version, memcached's "tag"
 /// line. A `FILE.meta` shorter than this (empty included) is no metadata at all, and the start
 /// refuses it as memcached 1.6.45 does (`startup::restart` in tern-server).
@@ -84,6 +85,8 @@ struct Saved {
     stopped_at: UnixSecs,
     epoch: u64,
     flush_mark: u64,
+    /// Bytes of index tables at their most (`Pool::index_peak`), for `hash_power_level`.
+    index_peak: u64,
     segs: Vec<SavedSeg>,
     /// Per segment: CRC32 of the written bytes of the segment or run it heads.
     crcs: Vec<u32>,
@@ -340,6 +343,7 @@ impl Store {
             stopped_at: self.clock.now(),
             epoch: self.segs.epoch_high_water(),
             flush_mark: self.flush.mark(),
+            index_peak: self.pool().index_peak() as u64,
             segs: (0..count as u32).map(|seg| self.segs.save(seg)).collect(),
             crcs,
             shard_states: states,
@@ -371,6 +375,7 @@ impl Store {
         }
         self.segs.set_epoch_high_water(saved.epoch);
         self.flush.restore_mark(saved.flush_mark);
+        self.pool().restore_index_peak(saved.index_peak as usize);
         let now = self.clock.now();
         let outcomes = each_shard_in_parallel(shards, |id| self.restore_shard(id, saved, now));
         let mut restored = Restored {
@@ -575,6 +580,7 @@ impl Saved {
         w.u32(self.stopped_at);
         w.u64(self.epoch);
         w.u64(self.flush_mark);
+        w.u64(self.index_peak);
         w.u64(self.segs.len() as u64);
         for (seg, &crc) in self.segs.iter().zip(&self.crcs) {
             for v in [
@@ -625,9 +631,9 @@ impl Saved {
             return Err("the metadata file is not tern's".into());
         }
         let version = r.u32()?;
-        if version != FORMAT_VERSION {
+        if !(2..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "the memory file has format version {version}, this tern reads version \
+                "the memory file has format version {version}, this tern reads versions 2 to \
                  {FORMAT_VERSION}"
             ));
         }
@@ -642,6 +648,7 @@ impl Saved {
             stopped_at: r.u32()?,
             epoch: r.u64()?,
             flush_mark: r.u64()?,
+            index_peak: if version >= 3 { r.u64()? } else { 0 },
             segs: Vec::new(),
             crcs: Vec::new(),
             shard_states: Vec::new(),
@@ -866,6 +873,46 @@ mod tests {
         set(&s, b"key:1", 0, Expiry::NEVER, b"again");
         assert_eq!(read(&s, b"key:1").unwrap().0, b"again");
         assert!(s.delete(b"key:2"));
+        // A memory file's heap is the file: the limit cannot pass it.
+        let heap = config().heap_bytes;
+        assert_eq!(
+            s.set_memory_limit(heap + (1 << 20)),
+            Err(crate::store::memlimit::MemoryLimitError::TooLarge { max: heap })
+        );
+    }
+
+    #[test]
+    fn the_index_peak_survives_deletes_a_flush_and_a_restart() {
+        let file = TempFile::new("index-peak");
+        let (s, _) = open(&file, config(), T0, None);
+        let start = s.stats().index_slots_peak;
+        for i in 0..100_000u32 {
+            set(&s, &i.to_le_bytes(), 0, Expiry::NEVER, b"");
+        }
+        let grown = s.stats();
+        assert!(grown.index_slots >= 100_000, "{grown:?}");
+        assert_eq!(grown.index_slots_peak, grown.index_slots);
+        assert!(grown.index_slots_peak > start);
+        for i in 0..100_000u32 {
+            assert!(s.delete(&i.to_le_bytes()));
+        }
+        s.flush_all(0);
+        let flushed = s.stats();
+        assert!(flushed.index_slots < grown.index_slots / 8, "{flushed:?}");
+        assert_eq!(flushed.index_slots_peak, grown.index_slots_peak);
+        s.sync_file().unwrap();
+        let meta = s.snapshot_meta();
+        // A version 2 file (an older tern's: no peak) still restores, its peak unknown.
+        let peak_at = 100;
+        let mut v2 = meta[..meta.len() - 4].to_vec();
+        let peak_bytes = s.pool().index_peak() as u64;
+        assert_eq!(v2[peak_at..peak_at + 8], peak_bytes.to_le_bytes());
+        v2.drain(peak_at..peak_at + 8);
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        v2.extend_from_slice(&crc32fast::hash(&v2).to_le_bytes());
+        assert_eq!(Saved::decode(&v2).unwrap().index_peak, 0);
+        let (s, _) = stop_and_restore(&file, s, T0 + 1);
+        assert_eq!(s.stats().index_slots_peak, grown.index_slots_peak);
     }
 
     /// Bytes the file system holds for `file`.

@@ -3,6 +3,7 @@
 
 use super::Store;
 use crate::mechanics::counters::Counters;
+use crate::mechanics::index::Index;
 use crate::mechanics::segments::get32;
 
 /// The store's counters for `stats`.
@@ -25,11 +26,21 @@ pub struct StoreStats {
     pub merges: u64,
     /// Heap bytes in segments holding items (the rest is free in the pool).
     pub heap_used: u64,
+    /// Heap bytes open for segments: `Config::heap_bytes` (whole segments), more once
+    /// `set_memory_limit` raised the limit past it.
+    pub heap_bytes: u64,
+    /// Heap bytes in segments whose pages may hold memory: written since the heap was opened
+    /// and not given back since (memcached's `total_malloced`: it grows as items need memory
+    /// and falls when a lowered limit gives free memory back).
+    pub malloced_bytes: u64,
     /// Bytes of the hash index (memcached's `hash_bytes`): outside the heap's mapping but
     /// inside the memory limit, where each segment's worth of it is a segment fewer for items.
     pub index_bytes: u64,
     /// Slots of the shards' index tables together (full or not): the index's size in entries.
     pub index_slots: u64,
+    /// The most slots the index has had since the heap was first made, a warm restart's
+    /// downtime included (memcached's hash table only grows, and survives a restart).
+    pub index_slots_peak: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
     /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
@@ -50,23 +61,35 @@ impl Store {
                 oldest_created = oldest_created.min(get32(&self.segs.meta(head).created));
             }
         });
-        let (free, limit, index_bytes) = {
+        let size = self.segs.size() as u64;
+        let (used, warm, open, limit, index_bytes, index_peak) = {
             let pool = self.pool();
-            (pool.free_count(), pool.limit(), pool.index_bytes() as u64)
+            (
+                pool.in_use() as u64,
+                pool.warm() as u64,
+                // Grown only under the pool lock, so it agrees with the pool's counts.
+                self.segs.count() as u64,
+                pool.limit() as u64,
+                pool.index_bytes() as u64,
+                pool.index_peak(),
+            )
         };
         StoreStats {
             curr_items: total.curr_items,
             total_items: total.total_items,
             bytes: total.bytes,
-            limit_maxbytes: (limit * self.segs.size()) as u64,
+            limit_maxbytes: limit * size,
             evictions: total.evictions,
             reclaimed: total.reclaimed,
             expired_unfetched: total.expired_unfetched,
             evicted_unfetched: total.evicted_unfetched,
             reclaimed_segments: total.reclaimed_segments,
             merges: total.merges,
-            heap_used: ((self.segs.count() - free) * self.segs.size()) as u64,
+            heap_used: used * size,
+            heap_bytes: open * size,
+            malloced_bytes: warm * size,
             index_bytes,
+            index_slots_peak: (Index::slots_in(index_peak) as u64).max(index_slots),
             index_slots,
             item_bytes_with_headers: total.item_bytes,
             oldest_item_age: now - oldest_created,
