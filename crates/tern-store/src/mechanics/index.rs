@@ -17,6 +17,11 @@
 //! The tables count inside the memory limit: the store charges a new table before it is built
 //! (`Store::grow_index`, making room by eviction when the heap is full), and a table that
 //! evictions leave under 30% full is rebuilt smaller, giving its memory back to the items.
+//!
+//! Optimistic readers probe a table without the shard's lock (see `seqlock`) through its
+//! [`TableView`]; so a table a rebuild replaces is retired, freed once no reader can be in it.
+use super::seqlock::retire;
+
 pub(crate) const TAG_BITS: u32 = 24;
 const LOC_BITS: u32 = 40;
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
@@ -74,6 +79,9 @@ impl Bucket {
 
 pub(crate) struct Index {
     buckets: Box<[Bucket]>,
+    /// Where `buckets` and `overflow` are, for readers without the lock; boxed so its address
+    /// outlives moves of the `Index`, fixed for the table's life.
+    view: Box<TableView>,
     /// Per bucket: how many entries live past it (their home bucket is this one or earlier
     /// and they were placed after it). A search stops at a bucket whose count is 0.
     overflow: Box<[u8]>,
@@ -105,9 +113,16 @@ impl Index {
     }
 
     fn with_buckets(n: usize) -> Index {
+        let buckets = vec![Bucket::default(); n].into_boxed_slice();
+        let overflow = vec![0; n].into_boxed_slice();
         Index {
-            buckets: vec![Bucket::default(); n].into_boxed_slice(),
-            overflow: vec![0; n].into_boxed_slice(),
+            view: Box::new(TableView {
+                buckets: buckets.as_ptr(),
+                len: n,
+                overflow: overflow.as_ptr(),
+            }),
+            buckets,
+            overflow,
             len: 0,
             // One more entry would take the table past 85%: (len + 1) * 20 > slots * 17.
             full_at: n * WAYS * 17 / 20,
@@ -199,6 +214,11 @@ impl Index {
         (self.buckets.as_ptr().cast(), self.buckets.len())
     }
 
+    /// The table's view for optimistic readers: valid until the table is retired.
+    pub(crate) fn view(&self) -> *const TableView {
+        &*self.view
+    }
+
     fn next(&self, b: usize) -> usize {
         if b + 1 == self.buckets.len() {
             0
@@ -263,18 +283,6 @@ impl Index {
         self.find(tag, matches)
     }
 
-    /// The slot and location of the first entry in `tag`'s home bucket with that tag, if any
-    /// (for read-ahead: not checked against the key).
-    pub(crate) fn home_slot(&self, tag: u32) -> Option<(u32, u64)> {
-        let b = self.home(tag);
-        let bucket = &self.buckets[b];
-        let hits = bucket.slots_tagged(tag);
-        (hits != 0).then(|| {
-            let w = hits.trailing_zeros() as usize % WAYS;
-            ((b * WAYS + w) as u32, bucket.0[w] & LOC_MASK)
-        })
-    }
-
     #[cfg(test)]
     fn location(&self, i: usize) -> u64 {
         self.buckets[i / WAYS].0[i % WAYS] & LOC_MASK
@@ -330,7 +338,7 @@ impl Index {
     }
 
     pub(crate) fn clear(&mut self) {
-        *self = Index::new();
+        retire(std::mem::replace(self, Index::new()));
     }
 
     /// Makes room for `additional` more entries at once, about 80% full after them (within the
@@ -364,6 +372,98 @@ impl Index {
                 self.place(slot);
             }
         }
+        retire(old);
+    }
+}
+
+/// Where a table's buckets and overflow counts are and how many buckets it has, for readers
+/// without the shard's lock; made with the table and never changed, so a reader's probe stays
+/// within the table it started in (which a writer may be changing meanwhile: see `seqlock`).
+pub(crate) struct TableView {
+    buckets: *const Bucket,
+    len: usize,
+    overflow: *const u8,
+}
+
+// SAFETY: a view is addresses and a length, never written after it is made; what it points at
+// is read through it only as `TableView::find_racy`'s contract allows.
+unsafe impl Send for TableView {}
+// SAFETY: as for `Send`: shared, it is only read.
+unsafe impl Sync for TableView {}
+
+impl TableView {
+    /// Bucket `b`, copied out of a table a writer may be changing (`b < self.len`).
+    ///
+    /// # Safety
+    /// The table is not freed yet (see `find_racy`).
+    #[inline(always)]
+    unsafe fn bucket(&self, b: usize) -> Bucket {
+        // SAFETY: `b < len`, so in the table, which is allocated (the caller's contract). A
+        // plain copy that may race a writer: see the module comment of `seqlock`.
+        unsafe { self.buckets.add(b).read() }
+    }
+
+    /// [`Index::find_hinted`] for a reader without the lock: what it returns is only as good
+    /// as the reader's validation afterwards, and `matches` may be shown any location (a
+    /// torn or stale one included).
+    ///
+    /// # Safety
+    /// The table is not freed for the call: the caller got this view from its shard's hint
+    /// while pinned (`seqlock::pin`) and still is.
+    #[inline(always)]
+    pub(crate) unsafe fn find_racy<T>(
+        &self,
+        tag: u32,
+        hint: u32,
+        mut matches: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        let slot = hint as usize;
+        if slot < self.len * WAYS {
+            // SAFETY: in the table (just checked); the caller's contract keeps it allocated.
+            let entry = unsafe { self.bucket(slot / WAYS) }.0[slot % WAYS];
+            if tag_of(entry) == tag {
+                if let Some(found) = matches(entry & LOC_MASK) {
+                    return Some((slot, found));
+                }
+            }
+        }
+        let mut b = home_bucket(tag, self.len);
+        for _ in 0..self.len {
+            // SAFETY: `b < len` (a home bucket, then `next`); allocated as above.
+            let bucket = unsafe { self.bucket(b) };
+            let mut hits = bucket.slots_tagged(tag);
+            while hits != 0 {
+                let w = hits.trailing_zeros() as usize % WAYS;
+                if let Some(found) = matches(bucket.0[w] & LOC_MASK) {
+                    return Some((b * WAYS + w, found));
+                }
+                hits &= hits - 1;
+            }
+            // SAFETY: `b < len`, the overflow counts' length too; allocated as above.
+            if unsafe { self.overflow.add(b).read() } == 0 {
+                return None;
+            }
+            b = if b + 1 == self.len { 0 } else { b + 1 };
+        }
+        None
+    }
+
+    /// The slot and location of the first entry in `tag`'s home bucket with that tag, if any,
+    /// for read-ahead without the lock: not checked against the key, and maybe torn or stale
+    /// (the read that uses it as a hint checks it).
+    ///
+    /// # Safety
+    /// As for [`TableView::find_racy`].
+    #[inline]
+    pub(crate) unsafe fn home_slot_racy(&self, tag: u32) -> Option<(u32, u64)> {
+        let b = home_bucket(tag, self.len);
+        // SAFETY: a home bucket is below `len`; the caller's contract keeps the table allocated.
+        let bucket = unsafe { self.bucket(b) };
+        let hits = bucket.slots_tagged(tag);
+        (hits != 0).then(|| {
+            let w = hits.trailing_zeros() as usize % WAYS;
+            ((b * WAYS + w) as u32, bucket.0[w] & LOC_MASK)
+        })
     }
 }
 

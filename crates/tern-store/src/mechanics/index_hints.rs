@@ -1,11 +1,10 @@
-//! Where each shard's index table is, readable without the shard's lock, so read-ahead can
-//! start loading a key's bucket before it takes the lock.
+//! Where each shard's index table is, readable without the shard's lock: for read-ahead to start
+//! loading a key's bucket, and for optimistic reads (see `seqlock`) to probe it.
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
-
-use super::shard::{Padded, Shard};
+use super::index::TableView;
+use super::shard::{Padded, Shard, ShardLock};
 
 /// Per shard, where its index table is and how many buckets it has, set under the shard's lock
 /// whenever the table is rebuilt and read without it: a prefetch from a hint that a rebuild
@@ -16,11 +15,13 @@ pub(crate) struct IndexHints(pub(crate) Box<[Hint]>);
 pub(crate) struct Hint {
     pub(crate) table: AtomicPtr<u8>,
     pub(crate) buckets: AtomicUsize,
+    /// The table's view, for a reader pinned before loading it (see `Index::view`).
+    pub(crate) view: AtomicPtr<TableView>,
 }
 
 impl IndexHints {
     /// Hints naming each shard's first index table.
-    pub(crate) fn new(shards: &[Padded<Mutex<Shard>>]) -> IndexHints {
+    pub(crate) fn new(shards: &[Padded<ShardLock>]) -> IndexHints {
         let hints = IndexHints(shards.iter().map(|_| Hint::default()).collect());
         for shard in shards {
             hints.refresh(&shard.0.lock());
@@ -34,5 +35,8 @@ impl IndexHints {
         let hint = &self.0[sh.owner.id() as usize];
         hint.table.store(table.cast_mut(), Ordering::Relaxed);
         hint.buckets.store(buckets, Ordering::Relaxed);
+        // Release: a reader that loads the view (acquire) sees the view's fields.
+        hint.view
+            .store(sh.index.view().cast_mut(), Ordering::Release);
     }
 }

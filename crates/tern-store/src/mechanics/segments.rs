@@ -15,7 +15,8 @@
 //! A free segment is no one's, so its memory can go back to the OS (`discard`), under the pool
 //! lock that keeps it free meanwhile.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 
 use super::clock::UnixSecs;
 use super::heap::{Heap, PageKind};
@@ -39,6 +40,17 @@ impl Loc {
     /// Never 0, which marks an empty index slot.
     pub(crate) fn pack(self) -> u64 {
         ((self.seg as u64 + 1) << OFFSET_BITS) | self.off as u64
+    }
+
+    /// [`Loc::unpack`] for a location read without the lock, which may be garbage: `None`
+    /// where it names no segment.
+    #[inline(always)]
+    pub(crate) fn unpack_racy(packed: u64) -> Option<Loc> {
+        let seg = ((packed >> OFFSET_BITS) as u32).checked_sub(1)?;
+        Some(Loc {
+            seg,
+            off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
+        })
     }
 
     pub(crate) fn unpack(packed: u64) -> Loc {
@@ -211,6 +223,10 @@ impl Segments {
             set32(&self.meta(seg).head, start);
         }
         set32(&self.meta(start).run_len, len as u32);
+        // The run's writer holds no shard lock, so no odd count orders its writes after the
+        // freeing shard's: this fence does, for readers still copying from the old items
+        // (see `seqlock`).
+        fence(Release);
     }
 
     /// The shard that owns `seg`, if one does.
@@ -227,6 +243,22 @@ impl Segments {
 
     pub(crate) fn is_pending(&self, seg: u32) -> bool {
         get32(&self.meta(seg).owner) == OWNER_PENDING
+    }
+
+    /// Copies `dst.len()` bytes from `loc` into `dst` for an optimistic reader, without the
+    /// shard's lock: see `Heap::copy_racy`. `None` when `loc` is no segment or the bytes would
+    /// pass the heap's end (`loc` may be garbage read in a race).
+    #[inline(always)]
+    pub(crate) fn copy_racy<'b>(
+        &self,
+        loc: Loc,
+        dst: &'b mut [MaybeUninit<u8>],
+    ) -> Option<&'b [u8]> {
+        if loc.seg as usize >= self.metas.len() {
+            return None;
+        }
+        self.heap
+            .copy_racy(((loc.seg as usize) << self.shift) + loc.off as usize, dst)
     }
 
     /// Where the item at `loc` is, for a prefetch (see [`Heap::address`]): no segment

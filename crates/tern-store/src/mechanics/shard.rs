@@ -1,13 +1,18 @@
-//! A shard: what its lock guards (index, TTL chains, counters, freed segments), and the plain
+//! A shard: what its lock guards (index, TTL chains, counters, freed segments), the lock with
+//! its sequence count for optimistic readers (see `seqlock`), and the plain
 //! values its steps pass around (an item found, what linking one counts, a version to write).
 //! The steps themselves work on a `Store` and live in `store/shard.rs`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU32;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::counters::Counters;
 use super::index::Index;
 use super::item::{self, Header};
 use super::segments::{Loc, Owner, NO_SEGMENT};
+use super::seqlock::SeqCount;
 use super::ttl::GROUPS;
 
 pub(crate) struct Shard {
@@ -45,6 +50,76 @@ impl Shard {
             churn: 0,
             rng: rng_seed,
         }
+    }
+}
+
+/// A shard behind its lock, with what optimistic readers check instead of taking it.
+pub(crate) struct ShardLock {
+    shard: Mutex<Shard>,
+    pub(crate) seq: SeqCount,
+    /// The `flush_all` generation the shard has applied (its `flush_seq`), for readers to see
+    /// whether one is due without the lock.
+    pub(crate) flush_applied: AtomicU32,
+}
+
+impl ShardLock {
+    pub(crate) fn new(shard: Shard) -> ShardLock {
+        ShardLock {
+            shard: Mutex::new(shard),
+            seq: SeqCount::new(),
+            flush_applied: AtomicU32::new(0),
+        }
+    }
+
+    /// The shard, exclusively; optimistic readers see the count odd until the guard is dropped.
+    #[inline]
+    pub(crate) fn lock(&self) -> ShardGuard<'_> {
+        let guard = self.shard.lock();
+        self.seq.begin_write();
+        ShardGuard {
+            guard,
+            seq: &self.seq,
+        }
+    }
+
+    /// [`ShardLock::lock`] if no one holds the lock now.
+    pub(crate) fn try_lock(&self) -> Option<ShardGuard<'_>> {
+        let guard = self.shard.try_lock()?;
+        self.seq.begin_write();
+        Some(ShardGuard {
+            guard,
+            seq: &self.seq,
+        })
+    }
+}
+
+/// A locked shard (see [`ShardLock::lock`]).
+pub(crate) struct ShardGuard<'a> {
+    guard: MutexGuard<'a, Shard>,
+    seq: &'a SeqCount,
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Before the mutex is unlocked (fields drop after this), so counts never interleave.
+        self.seq.end_write();
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard;
+
+    #[inline]
+    fn deref(&self) -> &Shard {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.guard
     }
 }
 

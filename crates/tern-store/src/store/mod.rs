@@ -21,7 +21,7 @@ use crate::mechanics::heap::{Heap, PageKind};
 use crate::mechanics::index_hints::IndexHints;
 use crate::mechanics::pool::Pool;
 use crate::mechanics::segments::Segments;
-use crate::mechanics::shard::{Padded, Shard};
+use crate::mechanics::shard::{Padded, Shard, ShardLock};
 use crate::mechanics::types::EvictedItem;
 
 pub(crate) mod dump;
@@ -45,7 +45,8 @@ pub struct Store {
     pub(crate) hasher: ahash::RandomState,
     /// The seeds `hasher` was made from, saved with a memory file (`persist`).
     pub(crate) seeds: [u64; 4],
-    pub(crate) shards: Box<[Padded<Mutex<Shard>>]>,
+    /// Each shard behind its lock, which reads skip (see `mechanics/seqlock.rs`).
+    pub(crate) shards: Box<[Padded<ShardLock>]>,
     /// Where each shard's index table is, for read-ahead without its lock.
     pub(crate) index_hints: IndexHints,
     pub(crate) segs: Segments,
@@ -89,7 +90,12 @@ impl Store {
         seeds: [u64; 4],
     ) -> Store {
         let shards: Box<[_]> = (0..geometry.shards)
-            .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
+            .map(|id| {
+                Padded(ShardLock::new(Shard::new(
+                    id as u32,
+                    hasher.hash_one(id) | 1,
+                )))
+            })
             .collect();
         let mut pool = Pool::new(geometry.segments, 1 << geometry.segment_shift);
         pool.charge_index_anyway(shards.iter().map(|s| s.0.lock().index.bytes()).sum());

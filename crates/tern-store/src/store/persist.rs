@@ -425,7 +425,7 @@ impl Store {
         let state = &saved.shard_states[id];
         let mut guard = self.lock(id);
         let sh = &mut *guard;
-        sh.flush_seq = state.flush_seq;
+        self.set_flush_applied(sh, state.flush_seq);
         let is_own_head = |seg: u32| {
             (seg as usize) < saved.segs.len()
                 && self.segs.owner_shard(seg) == Some(id)

@@ -9,6 +9,7 @@ use super::key::{HashedKey, Key};
 use super::Store;
 use crate::mechanics::index::{self, BUCKET_STRIDE, NO_SLOT};
 use crate::mechanics::segments::Loc;
+use crate::mechanics::seqlock;
 
 /// The most keys one `prefetch` call looks at.
 pub const PREFETCH_MAX: usize = 16;
@@ -43,7 +44,7 @@ impl Store {
         prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
     }
 
-    /// Read-ahead's second stage, once the buckets are on their way: shard lock by shard lock,
+    /// Read-ahead's second stage, once the buckets are on their way: without the shards' locks,
     /// starts loading the first 256 bytes of the item each key's home bucket holds under the
     /// key's tag (not checked against the key: a tag collision only loads useless lines), and
     /// notes that slot in the key for the read that follows to try first. It pays for a store
@@ -54,11 +55,18 @@ impl Store {
         &self,
         keys: impl IntoIterator<Item = &'a mut HashedKey<'k>>,
     ) {
+        // Keeps the tables the views name allocated (see `mechanics/seqlock.rs`).
+        let _pinned = seqlock::pin();
         for key in keys {
-            let home = self.lock(key.shard).index.home_slot(key.key.tag);
-            if let Some((slot, packed)) = home {
+            let view = self.index_hints.0[key.shard].view.load(Ordering::Acquire);
+            // SAFETY: pinned before the view was loaded: its table is not freed meanwhile.
+            let home = unsafe { (*view).home_slot_racy(key.key.tag) };
+            // A slot read while a writer changes the table is only a hint, checked by the read.
+            if let Some((slot, Some(loc))) =
+                home.map(|(slot, packed)| (slot, Loc::unpack_racy(packed)))
+            {
                 key.slot_hint = slot;
-                let item = self.segs.address(Loc::unpack(packed));
+                let item = self.segs.address(loc);
                 for line in 0..ITEM_LINES {
                     prefetch_line(item.wrapping_add(line * 64));
                 }

@@ -1,15 +1,13 @@
 //! The steps every command is made of, each on one shard under its lock: find an item, link
 //! or unlink one, reserve room for one, rewrite one.
 
-use parking_lot::MutexGuard;
-
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
 use crate::mechanics::index::NO_SLOT;
 use crate::mechanics::item;
 use crate::mechanics::segments::{get32, set32, Loc, NO_SEGMENT};
-use crate::mechanics::shard::{Cause, Footprint, Found, Replaced, Shard, Version};
+use crate::mechanics::shard::{Cause, Footprint, Found, Replaced, Shard, ShardGuard, Version};
 use crate::mechanics::ttl::{group_of, raise_max_expiry};
 use crate::mechanics::types::{EvictedItem, Expiry, Miss, Refused};
 
@@ -19,7 +17,7 @@ const GROWTH_ROOM: usize = 16;
 
 impl Store {
     #[inline]
-    pub(crate) fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+    pub(crate) fn lock(&self, shard: usize) -> ShardGuard<'_> {
         self.shards[shard].0.lock()
     }
 
