@@ -6,8 +6,6 @@
 //! file instead, so the items outlive the process; the file's space is reserved before it is
 //! mapped, so no page of the mapping lacks its place in the file system.
 
-use std::mem::MaybeUninit;
-
 use super::error::StoreError;
 
 /// How the heap's pages are backed, for the server's start-up log.
@@ -193,35 +191,11 @@ impl Heap {
         unsafe { libc::madvise(self.base.add(from).cast(), to - from, advice) == 0 }
     }
 
-    /// Where byte `at` of the heap is, for a prefetch: nothing may be read through it (it is
-    /// not checked, and no lock is held over the bytes).
+    /// Where byte `at` of the heap is, for a prefetch, or a read without the lock that checked
+    /// `at` is inside the heap (`Segments::tail_racy`): it is not checked here.
     #[inline(always)]
     pub(crate) fn address(&self, at: usize) -> *const u8 {
         self.base.wrapping_add(at).cast_const()
-    }
-
-    /// Copies the `dst.len()` bytes at `at` into `dst` for a reader holding no lock over them
-    /// (see `seqlock`): a writer may be changing them meanwhile, so what comes back is
-    /// whatever bytes were there, to be validated before use. `None` when they are not all
-    /// inside the heap.
-    #[inline(always)]
-    pub(crate) fn copy_racy<'b>(
-        &self,
-        at: usize,
-        dst: &'b mut [MaybeUninit<u8>],
-    ) -> Option<&'b [u8]> {
-        if at.checked_add(dst.len())? > self.len {
-            return None;
-        }
-        // SAFETY: `at + dst.len()` is within the mapping (checked above), which lives as long
-        // as `self`; `dst` is ours alone and does not overlap the heap. The source is read
-        // through a raw pointer, never a reference, while its owner may write it: the seqlock
-        // idiom whose argument `seqlock`'s module comment gives. The copy initialises all of
-        // `dst`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(at), dst.as_mut_ptr().cast(), dst.len());
-            Some(std::slice::from_raw_parts(dst.as_ptr().cast(), dst.len()))
-        }
     }
 
     /// `len` bytes at `start`.

@@ -3,20 +3,19 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use super::index::TableView;
 use super::shard::{Padded, Shard, ShardLock};
 
 /// Per shard, where its index table is and how many buckets it has, set under the shard's lock
 /// whenever the table is rebuilt and read without it: a prefetch from a hint that a rebuild
-/// has just made stale only loads a useless line (a prefetch never faults).
+/// has just made stale only loads a useless line (a prefetch never faults), and a read probes
+/// a table that stays mapped, whichever pair of the two values it loads (see `index::find_racy`
+/// and `seqlock`).
 pub(crate) struct IndexHints(pub(crate) Box<[Hint]>);
 
 #[derive(Default)]
 pub(crate) struct Hint {
     pub(crate) table: AtomicPtr<u8>,
     pub(crate) buckets: AtomicUsize,
-    /// The table's view, for a reader pinned before loading it (see `Index::view`).
-    pub(crate) view: AtomicPtr<TableView>,
 }
 
 impl IndexHints {
@@ -33,10 +32,9 @@ impl IndexHints {
     pub(crate) fn refresh(&self, sh: &Shard) {
         let (table, buckets) = sh.index.table();
         let hint = &self.0[sh.owner.id() as usize];
-        hint.table.store(table.cast_mut(), Ordering::Relaxed);
+        // Relaxed: called while the shard's count is odd, whose closing store publishes these
+        // to readers (see `seqlock`); read-ahead takes any value.
+        hint.table.store(table, Ordering::Relaxed);
         hint.buckets.store(buckets, Ordering::Relaxed);
-        // Release: a reader that loads the view (acquire) sees the view's fields.
-        hint.view
-            .store(sh.index.view().cast_mut(), Ordering::Release);
     }
 }

@@ -15,7 +15,6 @@
 //! A free segment is no one's, so its memory can go back to the OS (`discard`), under the pool
 //! lock that keeps it free meanwhile.
 
-use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 
 use super::clock::UnixSecs;
@@ -42,15 +41,15 @@ impl Loc {
         ((self.seg as u64 + 1) << OFFSET_BITS) | self.off as u64
     }
 
-    /// [`Loc::unpack`] for a location read without the lock, which may be garbage: `None`
-    /// where it names no segment.
+    /// [`Loc::unpack`] for a location read without the lock, which may be garbage: a packed 0
+    /// gives segment `u32::MAX`, which `Segments::tail_racy` refuses with any other beyond the
+    /// heap.
     #[inline(always)]
-    pub(crate) fn unpack_racy(packed: u64) -> Option<Loc> {
-        let seg = ((packed >> OFFSET_BITS) as u32).checked_sub(1)?;
-        Some(Loc {
-            seg,
+    pub(crate) fn unpack_racy(packed: u64) -> Loc {
+        Loc {
+            seg: ((packed >> OFFSET_BITS) as u32).wrapping_sub(1),
             off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
-        })
+        }
     }
 
     pub(crate) fn unpack(packed: u64) -> Loc {
@@ -245,20 +244,24 @@ impl Segments {
         get32(&self.meta(seg).owner) == OWNER_PENDING
     }
 
-    /// Copies `dst.len()` bytes from `loc` into `dst` for an optimistic reader, without the
-    /// shard's lock: see `Heap::copy_racy`. `None` when `loc` is no segment or the bytes would
-    /// pass the heap's end (`loc` may be garbage read in a race).
+    /// The bytes from `loc` to its segment's end, for a reader without the shard's lock (see
+    /// `seqlock`): they may change while it reads, and `loc` may be stale, so they are only as
+    /// good as the reader's check afterwards. `None` when `loc` is no place in a segment.
     #[inline(always)]
-    pub(crate) fn copy_racy<'b>(
-        &self,
-        loc: Loc,
-        dst: &'b mut [MaybeUninit<u8>],
-    ) -> Option<&'b [u8]> {
-        if loc.seg as usize >= self.metas.len() {
+    pub(crate) fn tail_racy(&self, loc: Loc) -> Option<&[u8]> {
+        let (seg, off) = (loc.seg as usize, loc.off as usize);
+        if seg >= self.metas.len() || off >= self.size() {
             return None;
         }
-        self.heap
-            .copy_racy(((loc.seg as usize) << self.shift) + loc.off as usize, dst)
+        // SAFETY: inside segment `seg` (checked), so inside the heap, mapped while `self`
+        // lives. Writers may change the bytes meanwhile: the seqlock's reads, whose argument
+        // `seqlock`'s module comment gives.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.heap.address((seg << self.shift) + off),
+                self.size() - off,
+            )
+        })
     }
 
     /// Where the item at `loc` is, for a prefetch (see [`Heap::address`]): no segment

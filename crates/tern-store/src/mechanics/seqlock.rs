@@ -61,20 +61,22 @@ impl SeqCount {
         SeqCount(AtomicU64::new(0))
     }
 
-    /// A writer, holding the lock (so the only one), starts changing the shard.
+    /// A writer, holding the lock (so the only one), starts changing the shard; returns the
+    /// count it found, which [`SeqCount::end_write`] and [`SeqCount::unchanged_since`] take.
     #[inline]
-    pub(crate) fn begin_write(&self) {
+    pub(crate) fn begin_write(&self) -> u64 {
         let s = self.0.load(Ordering::Relaxed);
         self.0.store(s + 1, Ordering::Relaxed);
         // Orders the odd count before every change that follows (see the module's argument).
         fence(Ordering::Release);
+        s
     }
 
-    /// The writer is done: what it changed is published with the even count.
+    /// The writer whose `begin_write` found `before` is done: what it changed is published
+    /// with the even count.
     #[inline]
-    pub(crate) fn end_write(&self) {
-        let s = self.0.load(Ordering::Relaxed);
-        self.0.store(s + 1, Ordering::Release);
+    pub(crate) fn end_write(&self, before: u64) {
+        self.0.store(before + 2, Ordering::Release);
     }
 
     /// The count a read starts from, or `None` while a writer is at work.
@@ -91,20 +93,6 @@ impl SeqCount {
         fence(Ordering::Acquire);
         self.0.load(Ordering::Relaxed) == start
     }
-}
-
-/// Keeps what is [`retire`]d from now on allocated until the guard is dropped.
-#[inline]
-pub(crate) fn pin() -> crossbeam_epoch::Guard {
-    crossbeam_epoch::pin()
-}
-
-/// Frees `garbage` once no reader pinned before this call can still read it.
-pub(crate) fn retire<T: Send + 'static>(garbage: T) {
-    let guard = crossbeam_epoch::pin();
-    guard.defer(move || drop(garbage));
-    // To the global queue now: the retiring thread may not pin again for a long while.
-    guard.flush();
 }
 
 #[cfg(all(test, loom))]
@@ -124,10 +112,10 @@ mod tests {
 
     impl Guarded {
         fn write(&self, v: u64) {
-            self.seq.begin_write();
+            let before = self.seq.begin_write();
             self.words[0].store(v, Relaxed);
             self.words[1].store(v, Relaxed);
-            self.seq.end_write();
+            self.seq.end_write(before);
         }
 
         fn read(&self) -> Option<[u64; 2]> {

@@ -37,10 +37,11 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(id: u32, rng_seed: u64) -> Shard {
+    /// Shard `id`, whose index may grow to `max_index_bytes`.
+    pub(crate) fn new(id: u32, rng_seed: u64, max_index_bytes: usize) -> Shard {
         Shard {
             owner: Owner::new(id),
-            index: Index::new(),
+            index: Index::new(max_index_bytes),
             chains: std::array::from_fn(|_| VecDeque::new()),
             active: [NO_SEGMENT; GROUPS],
             flush_seq: 0,
@@ -75,20 +76,22 @@ impl ShardLock {
     #[inline]
     pub(crate) fn lock(&self) -> ShardGuard<'_> {
         let guard = self.shard.lock();
-        self.seq.begin_write();
+        let before = self.seq.begin_write();
         ShardGuard {
             guard,
             seq: &self.seq,
+            before,
         }
     }
 
     /// [`ShardLock::lock`] if no one holds the lock now.
     pub(crate) fn try_lock(&self) -> Option<ShardGuard<'_>> {
         let guard = self.shard.try_lock()?;
-        self.seq.begin_write();
+        let before = self.seq.begin_write();
         Some(ShardGuard {
             guard,
             seq: &self.seq,
+            before,
         })
     }
 }
@@ -97,13 +100,25 @@ impl ShardLock {
 pub(crate) struct ShardGuard<'a> {
     guard: MutexGuard<'a, Shard>,
     seq: &'a SeqCount,
+    /// The count before this holder made it odd.
+    before: u64,
+}
+
+impl ShardGuard<'_> {
+    /// For a reader that took the lock after reading without it from count `start`: whether
+    /// no other writer ran in between, so what it read is the shard as it is, and stays so
+    /// while the guard lives (a seqlock read's upgrade).
+    #[inline]
+    pub(crate) fn unchanged_since(&self, start: u64) -> bool {
+        self.before == start
+    }
 }
 
 impl Drop for ShardGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         // Before the mutex is unlocked (fields drop after this), so counts never interleave.
-        self.seq.end_write();
+        self.seq.end_write(self.before);
     }
 }
 

@@ -111,6 +111,9 @@ impl Store {
             if !sh.index.needs_room() {
                 return true;
             }
+            if !sh.index.can_grow() {
+                return false;
+            }
             let grown = sh.index.grown_bytes();
             if self.pool().charge_index(grown) {
                 self.discard_excess_warm();

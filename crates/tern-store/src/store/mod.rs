@@ -89,11 +89,20 @@ impl Store {
         hasher: ahash::RandomState,
         seeds: [u64; 4],
     ) -> Store {
+        let heap_bytes = geometry.segments << geometry.segment_shift;
+        // A shard's index holds its share of the items, about 1/shards of them with hashed
+        // keys: room for four times that (1 MiB at least, the whole heap at most) is far from
+        // ever limiting it, and keeps the address space the tables reserve (twice this per
+        // shard, see `index::Regions`) within a few times the heap.
+        let max_index_bytes = (4 * heap_bytes / geometry.shards)
+            .max(1 << 20)
+            .min(heap_bytes.max(1 << 16));
         let shards: Box<[_]> = (0..geometry.shards)
             .map(|id| {
                 Padded(ShardLock::new(Shard::new(
                     id as u32,
                     hasher.hash_one(id) | 1,
+                    max_index_bytes,
                 )))
             })
             .collect();

@@ -9,7 +9,6 @@ use super::key::{HashedKey, Key};
 use super::Store;
 use crate::mechanics::index::{self, BUCKET_STRIDE, NO_SLOT};
 use crate::mechanics::segments::Loc;
-use crate::mechanics::seqlock;
 
 /// The most keys one `prefetch` call looks at.
 pub const PREFETCH_MAX: usize = 16;
@@ -55,16 +54,17 @@ impl Store {
         &self,
         keys: impl IntoIterator<Item = &'a mut HashedKey<'k>>,
     ) {
-        // Keeps the tables the views name allocated (see `mechanics/seqlock.rs`).
-        let _pinned = seqlock::pin();
         for key in keys {
-            let view = self.index_hints.0[key.shard].view.load(Ordering::Acquire);
-            // SAFETY: pinned before the view was loaded: its table is not freed meanwhile.
-            let home = unsafe { (*view).home_slot_racy(key.key.tag) };
+            let hint = &self.index_hints.0[key.shard];
+            let (table, n) = (
+                hint.table.load(Ordering::Relaxed),
+                hint.buckets.load(Ordering::Relaxed),
+            );
+            // SAFETY: a hint of this live store.
+            let home = unsafe { index::home_slot_racy(table, n, key.key.tag) };
             // A slot read while a writer changes the table is only a hint, checked by the read.
-            if let Some((slot, Some(loc))) =
-                home.map(|(slot, packed)| (slot, Loc::unpack_racy(packed)))
-            {
+            if let Some((slot, packed)) = home {
+                let loc = Loc::unpack_racy(packed);
                 key.slot_hint = slot;
                 let item = self.segs.address(loc);
                 for line in 0..ITEM_LINES {

@@ -1,189 +1,218 @@
 //! Reads: get, get-and-touch, touch and the meta protocol's marked reads. A plain get reads
-//! without the shard's lock (optimistic: see `mechanics/seqlock.rs`), copying the item out and
-//! checking the shard's sequence count; the rest, and a get that must write (the first read
+//! without the shard's lock (optimistic: see `mechanics/seqlock.rs`), handing the item in place
+//! to the caller's reader and then checking the shard's sequence count (a failed check undoes
+//! what the reader wrote: `Sink`); the rest, and a get that must write (the first read
 //! of an item, an expired one) or keeps failing its check, take one path that hands a borrowed
 //! view of the item to the caller's closure under the lock.
 
 use std::hint::spin_loop;
-use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::key::{HashedKey, Key, ReadKey};
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::index;
 use crate::mechanics::item::{self, Header};
 use crate::mechanics::segments::{get32, Loc};
-use crate::mechanics::seqlock;
-use crate::mechanics::shard::{Shard, Version};
+use crate::mechanics::shard::{Shard, ShardLock, Version};
 use crate::mechanics::ttl::raise_max_expiry;
 use crate::mechanics::types::{CasSource, Expiry, ItemView, Marks, Miss};
 
-/// Bytes of an item (header, key, value) a get copies out without the lock; a larger item is
-/// read under it, where copying it would cost more than the lock does.
-const COPY_MAX: usize = 1024;
-/// Bytes copied before the header is decoded: the longest header (23) and one.
-const HEADER_MAX: usize = 24;
-/// Optimistic tries a get makes before it takes the lock (a writer holds it briefly).
+/// Reads without the lock a get tries before it takes the lock (a writer holds it briefly).
 const TRIES: usize = 4;
+/// Seconds a plain get leaves an item's access time as it is, as memcached's
+/// `ITEM_UPDATE_INTERVAL`: renewing it takes the lock and dirties the item's line.
+const ACCESS_INTERVAL: u32 = 60;
 
-/// What an optimistic get came to.
-enum Optimistic<'b> {
-    /// The item, copied and validated.
-    Hit(Copied<'b>),
+/// Where a get's reader writes, so that a read of a state a writer changed meanwhile can be
+/// undone: the store marks it before the reader runs and rolls it back to the mark when its
+/// check fails, so no caller can keep bytes from a torn read.
+pub(crate) trait Sink {
+    fn mark(&self) -> usize;
+    fn undo(&mut self, mark: usize);
+}
+
+impl Sink for Vec<u8> {
+    #[inline(always)]
+    fn mark(&self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn undo(&mut self, mark: usize) {
+        self.truncate(mark);
+    }
+}
+
+/// A reader that only returns a value: nothing to undo.
+impl Sink for () {
+    #[inline(always)]
+    fn mark(&self) -> usize {
+        0
+    }
+
+    #[inline(always)]
+    fn undo(&mut self, _: usize) {}
+}
+
+/// What a get without the lock came to, before its check.
+enum Racy<'a, R> {
+    Hit(R),
     NotFound,
-    /// Read it under the lock: the read must write, or kept meeting writers.
+    /// The item (at, header, its bytes on, its segment's opening time) as read, which must be
+    /// marked read: under the lock, if no writer came since.
+    Bump(Loc, Header, &'a [u8], UnixSecs),
+    /// Read it under the lock: it must change, or is of an item this path does not read.
     Locked,
 }
 
-/// An item copied out by an optimistic get, with what its view needs from its segment.
-struct Copied<'b> {
-    item: &'b [u8],
-    hdr: Header,
-    loc: Loc,
-    cas: u64,
-    created: UnixSecs,
-}
-
-/// What an optimistic probe made of a location with the key's tag.
-enum Probed {
-    /// The key's item, copied into the buffer: where it was and its header.
-    Copied(Loc, Header),
-    /// Not one this get can copy (too large, or garbage read in a race).
-    GiveUp,
-}
-
 impl Store {
-    /// Looks `key` up and hands the item to `read`. Writes nothing another thread reads in the
-    /// common case: the item is copied out without the shard's lock (see
-    /// `mechanics/seqlock.rs`), and `read` sees that copy.
+    /// Looks `key` up and hands the item to `read`, whose result it returns. Writes nothing
+    /// another thread reads in the common case: the item is read in place without the shard's
+    /// lock (see `mechanics/seqlock.rs`), so `read` may be run on a state a writer was changing
+    /// and its result dropped, then run again: it can only return (`Fn`).
     #[inline]
     pub fn get<'k, R>(
         &self,
         key: impl ReadKey<'k>,
-        read: impl FnOnce(ItemView<'_>) -> R,
+        read: impl Fn(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        let key = key.hashed(self);
-        let mut buf = [MaybeUninit::uninit(); COPY_MAX];
-        match self.read_optimistic(key, &mut buf) {
-            Optimistic::Hit(c) => {
-                let h = c.hdr;
-                Ok(read(ItemView {
-                    value: &c.item[h.value_range()],
-                    flags: h.flags,
-                    // The CAS as it was when validated: the segment may be reused since.
-                    cas: CasSource {
-                        segs: &self.segs,
-                        loc: c.loc,
-                        kept: Some(c.cas),
-                    },
-                    expiry: Expiry(h.expiry),
-                    fetched: h.has(item::FETCHED),
-                    last_access: c.created + item::decode_age(h.access),
-                    stale: h.has(item::STALE),
-                    win_sent: h.has(item::WIN_SENT),
-                }))
-            }
-            Optimistic::NotFound => Err(Miss::NotFound),
-            Optimistic::Locked => self.read_unmarked(key, None, read),
-        }
+        self.get_in(key, &mut (), |item, _| read(item))
     }
 
-    /// A get without the shard's lock: finds `key` through the index's view, copies its item
-    /// into `buf` and validates the copy against the shard's sequence count (see
-    /// `mechanics/seqlock.rs`). Leaves to the locked path what must write: the first read of
-    /// an item (its fetched and recently-read marks), a new access time, an expired item, a
-    /// `flush_all` come due.
-    #[inline(always)]
-    fn read_optimistic<'b>(
+    /// [`Store::get`] for a reader that writes its reply into `out` (the server's encoders):
+    /// what a read of a torn state wrote is cut off `out` again before `read` runs anew.
+    #[inline]
+    pub fn get_into<'k, R>(
         &self,
-        key: HashedKey<'_>,
-        buf: &'b mut [MaybeUninit<u8>; COPY_MAX],
-    ) -> Optimistic<'b> {
+        key: impl ReadKey<'k>,
+        out: &mut Vec<u8>,
+        read: impl Fn(ItemView<'_>, &mut Vec<u8>) -> R,
+    ) -> Result<R, Miss> {
+        self.get_in(key, out, read)
+    }
+
+    /// A get: a few tries without the shard's lock, each checked against its sequence count
+    /// (see `mechanics/seqlock.rs`), then under the lock.
+    #[inline(always)]
+    fn get_in<'k, S: Sink, R>(
+        &self,
+        key: impl ReadKey<'k>,
+        out: &mut S,
+        read: impl Fn(ItemView<'_>, &mut S) -> R,
+    ) -> Result<R, Miss> {
+        let key = key.hashed(self);
         let cell = &self.shards[key.shard].0;
-        let hint = &self.index_hints.0[key.shard];
         let now = self.clock.now();
-        // Keeps the index table the view names allocated until the read is done.
-        let _pinned = seqlock::pin();
         for _ in 0..TRIES {
             let Some(start) = cell.seq.begin_read() else {
                 spin_loop();
                 continue;
             };
-            if self
-                .flush
-                .due(cell.flush_applied.load(Relaxed), now)
-                .is_some()
-            {
-                return Optimistic::Locked;
+            let mark = out.mark();
+            let racy = self.read_racy(key, cell, now, out, &read);
+            match racy {
+                // Both decided before `read` ran: nothing to undo.
+                Racy::Locked => break,
+                Racy::Bump(loc, h, item, created) => {
+                    let mut guard = self.lock(key.shard);
+                    if !guard.unchanged_since(start) {
+                        break;
+                    }
+                    // No writer since `start`: what was read is the item as it is, and the
+                    // lock keeps it so (the upgrade of a seqlock read).
+                    let (view, marks) = self.view(loc, h, item, created);
+                    let result = read(view, out);
+                    self.save_marks::<true>(&mut guard, loc, h, marks, created, now);
+                    return Ok(result);
+                }
+                _ => {}
             }
-            let view = hint.view.load(Acquire);
-            // SAFETY: pinned (above) before the view was loaded: the table it names is not
-            // freed before `_pinned` is dropped (`seqlock::retire`). Every hint names a table.
-            let probed = unsafe {
-                (*view).find_racy(key.key.tag, key.slot_hint, |packed| {
-                    self.copy_if_key(packed, key.key.bytes, buf)
-                })
-            };
-            let (loc, hdr) = match probed {
-                None if cell.seq.validate(start) => return Optimistic::NotFound,
-                Some((_, Probed::Copied(loc, hdr))) => (loc, hdr),
-                Some((_, Probed::GiveUp)) if cell.seq.validate(start) => return Optimistic::Locked,
-                _ => continue,
-            };
-            // `copy_if_key` checked the segment is one.
-            let created = get32(&self.segs.meta(loc.seg).created);
-            let cas = self.segs.cas_of(loc, hdr.cas);
-            if !cell.seq.validate(start) {
-                continue;
+            if cell.seq.validate(start) {
+                return match racy {
+                    Racy::Hit(r) => Ok(r),
+                    _ => Err(Miss::NotFound),
+                };
             }
-            let bumped = item::FETCHED | item::REFERENCED;
-            if hdr.is_expired_at(now)
-                || hdr.bits & bumped != bumped
-                || hdr.access != item::encode_age(now.saturating_sub(created))
-            {
-                return Optimistic::Locked;
-            }
-            // SAFETY: `copy_if_key` initialised the item's bytes at the buffer's start.
-            let item = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), hdr.size()) };
-            return Optimistic::Hit(Copied {
-                item,
-                hdr,
-                loc,
-                cas,
-                created,
-            });
+            out.undo(mark);
         }
-        Optimistic::Locked
+        self.read_unmarked(key, None, |item| read(item, out))
     }
 
-    /// For an optimistic probe: copies the item at `packed` into `buf` and says whether it has
-    /// `key` (`None`: not this one). Everything it reads may be garbage from a race, so every
-    /// length is checked against the buffer and the heap before use.
+    /// One get without the shard's lock: probes the live index table, hands the item in place to
+    /// `read`. Everything read may be a state a writer is changing (the caller's check decides),
+    /// so every offset is checked before use (`index::find_racy`, `Segments::tail_racy`,
+    /// `item::has_key`), and a value is at most a segment. Leaves to the locked path what must
+    /// write: the first read of an item (its fetched and recently-read marks), an access time
+    /// older than `ACCESS_INTERVAL`, an expired item, a `flush_all` come due; and an item larger than a segment.
     #[inline(always)]
-    fn copy_if_key(
-        &self,
-        packed: u64,
-        key: &[u8],
-        buf: &mut [MaybeUninit<u8>; COPY_MAX],
-    ) -> Option<Probed> {
-        let Some(loc) = Loc::unpack_racy(packed) else {
-            return Some(Probed::GiveUp);
-        };
-        let Some(head) = self.segs.copy_racy(loc, &mut buf[..HEADER_MAX]) else {
-            return Some(Probed::GiveUp);
-        };
-        if head[0] as usize != key.len() {
-            return None;
+    fn read_racy<'s, S, R>(
+        &'s self,
+        key: HashedKey<'_>,
+        cell: &ShardLock,
+        now: UnixSecs,
+        out: &mut S,
+        read: &impl Fn(ItemView<'_>, &mut S) -> R,
+    ) -> Racy<'s, R> {
+        if self
+            .flush
+            .due(cell.flush_applied.load(Relaxed), now)
+            .is_some()
+        {
+            return Racy::Locked;
         }
-        let hdr = item::parse(head);
-        let size = hdr.size();
-        if size > COPY_MAX {
-            return Some(Probed::GiveUp);
-        }
-        let Some(item) = self.segs.copy_racy(loc, &mut buf[..size]) else {
-            return Some(Probed::GiveUp);
+        let hint = &self.index_hints.0[key.shard];
+        let (table, n) = (hint.table.load(Relaxed), hint.buckets.load(Relaxed));
+        // SAFETY: a hint of this store, which lives.
+        let found = unsafe {
+            index::find_racy(table, n, key.key.tag, key.slot_hint, |packed| {
+                let loc = Loc::unpack_racy(packed);
+                let Some(bytes) = self.segs.tail_racy(loc) else {
+                    return Some(None);
+                };
+                item::has_key(bytes, key.key.bytes).then_some(Some((loc, bytes)))
+            })
         };
-        item::has_key(item, key).then_some(Probed::Copied(loc, hdr))
+        let (loc, bytes) = match found {
+            None => return Racy::NotFound,
+            Some(None) => return Racy::Locked,
+            Some(Some(found)) => found,
+        };
+        // `has_key` saw the header and key inside `bytes`.
+        let h = item::parse(bytes);
+        let Some(item) = bytes.get(..h.size()) else {
+            return Racy::Locked;
+        };
+        let created = get32(&self.segs.meta(loc.seg).created);
+        let bumped = item::FETCHED | item::REFERENCED;
+        // An access time up to `ACCESS_INTERVAL` old is left as it is (memcached's
+        // ITEM_UPDATE_INTERVAL); an older one is renewed under the lock. Ages are coded
+        // monotonically, so a code no smaller than that of the interval's start is recent.
+        let renew_before = now.saturating_sub(ACCESS_INTERVAL).saturating_sub(created);
+        if h.is_expired_at(now) {
+            return Racy::Locked;
+        }
+        if h.bits & bumped != bumped || h.access < item::encode_age(renew_before) {
+            return Racy::Bump(loc, h, item, created);
+        }
+        Racy::Hit(read(
+            ItemView {
+                value: &item[h.value_range()],
+                flags: h.flags,
+                // Read from the segment only if `read` asks, before the check.
+                cas: CasSource {
+                    segs: &self.segs,
+                    loc,
+                    kept: h.cas,
+                },
+                expiry: Expiry(h.expiry),
+                fetched: true,
+                last_access: created.wrapping_add(item::decode_age(h.access)),
+                stale: h.has(item::STALE),
+                win_sent: h.has(item::WIN_SENT),
+            },
+            out,
+        ))
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -276,28 +305,56 @@ impl Store {
             }
         };
         let created = get32(&self.segs.meta(loc.seg).created);
-        let mut marks = Marks {
+        let (view, mut marks) = self.view(loc, h, item, created);
+        // The reader cannot keep the borrowed view: it ends with this function.
+        let result = read(view, &mut marks);
+        self.save_marks::<BUMP>(sh, loc, h, marks, created, now);
+        Ok(result)
+    }
+
+    /// A locked read's view of the item at `loc` (header `h`, bytes from `item` on, its segment
+    /// opened at `created`), with its marks for the reader to change.
+    #[inline(always)]
+    fn view<'a>(
+        &'a self,
+        loc: Loc,
+        h: Header,
+        item: &'a [u8],
+        created: UnixSecs,
+    ) -> (ItemView<'a>, Marks) {
+        let view = ItemView {
+            value: &item[h.value_range()],
+            flags: h.flags,
+            cas: CasSource {
+                segs: &self.segs,
+                loc,
+                kept: h.cas,
+            },
+            expiry: Expiry(h.expiry),
+            fetched: h.has(item::FETCHED),
+            last_access: created + item::decode_age(h.access),
             stale: h.has(item::STALE),
             win_sent: h.has(item::WIN_SENT),
         };
-        // The reader cannot keep the borrowed view: it ends with this function.
-        let result = read(
-            ItemView {
-                value: &item[h.value_range()],
-                flags: h.flags,
-                cas: CasSource {
-                    segs: &self.segs,
-                    loc,
-                    kept: h.cas,
-                },
-                expiry: Expiry(h.expiry),
-                fetched: h.has(item::FETCHED),
-                last_access: created + item::decode_age(h.access),
-                stale: marks.stale,
-                win_sent: marks.win_sent,
-            },
-            &mut marks,
-        );
+        let marks = Marks {
+            stale: view.stale,
+            win_sent: view.win_sent,
+        };
+        (view, marks)
+    }
+
+    /// The end of a locked read: saves the marks its reader left, and with `BUMP` the fetched
+    /// and recently-read marks and the access time, writing only what changes.
+    #[inline(always)]
+    fn save_marks<const BUMP: bool>(
+        &self,
+        sh: &mut Shard,
+        loc: Loc,
+        h: Header,
+        marks: Marks,
+        created: UnixSecs,
+        now: UnixSecs,
+    ) {
         let mark = |on: bool, bit: u8| if on { bit } else { 0 };
         let bump = if BUMP {
             item::FETCHED | item::REFERENCED
@@ -318,7 +375,6 @@ impl Store {
             item::set_bits(item, set, clear);
             item::set_access(item, access);
         }
-        Ok(result)
     }
 
     /// Gives an item a new deadline: in place when it has an expiry field, else by rewriting it
