@@ -582,7 +582,11 @@ mod tests {
         let mut loc = 0;
         while index.can_grow() {
             loc += 1;
-            add(&mut index, ((loc as u32 * 40_503) % (1 << TAG_BITS)) | 1, loc);
+            add(
+                &mut index,
+                ((loc as u32 * 40_503) % (1 << TAG_BITS)) | 1,
+                loc,
+            );
         }
         assert_eq!(index.n, 100);
         assert!(index.bytes() <= 100 * BUCKET_BYTES);

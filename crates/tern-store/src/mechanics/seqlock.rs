@@ -5,48 +5,68 @@
 //!
 //! Every holder of a shard's lock makes the shard's count odd when it takes the lock and even
 //! again when it lets go (`ShardLock::lock`, `ShardGuard`): each change to the shard's
-//! index, its segments' bytes and their bookkeeping is made between the two. An optimistic
-//! reader ([`SeqCount::begin_read`] .. [`SeqCount::validate`]) reads the count (even, else it
-//! waits for the writer), reads what it needs, copying an item's bytes into a buffer of its
-//! own, and reads the count again: the same value means no lock holder ran in between, so what
-//! it copied is one consistent state of the shard; any other value and the copy is thrown
-//! away unread, and the read tried again (a few times, then under the lock).
+//! index, its segments' bytes and their bookkeeping is made between the two. A get
+//! (`store/read.rs`) reads the count ([`SeqCount::begin_read`]: even, else it tries again),
+//! probes the live index table, hands the item's bytes in place to the caller's reader (which
+//! copies the value into its reply), and reads the count again ([`SeqCount::validate`]): the
+//! same value means no lock holder ran in between, so what the reader saw is one state of the
+//! shard; any other value and what the reader wrote is cut off its output (`Sink::undo`), its
+//! result dropped, and the get tried again (four times, then under the lock). Readers are
+//! `Fn`: besides that output, they can only return a value.
+//!
+//! A get that must write (an item's first read marks it fetched; an access time a minute old
+//! is renewed) takes the lock after its read: if the count its `begin_write` found is the one
+//! the read started from (`ShardGuard::unchanged_since`), no writer
+//! ran in between, so what it read is the shard as it is, and the lock keeps it so; otherwise
+//! it looks the key up again under the lock.
 //!
 //! # Memory ordering
 //!
 //! Writer: `seq = s + 1` (relaxed), `fence(Release)`, the changes, `seq = s + 2` (release).
-//! Reader: `s1 = seq` (acquire), the reads, `fence(Acquire)`, `s2 = seq` (relaxed).
+//! Reader: `s1 = seq` (acquire), the reads, `fence(Acquire)`, `s2 = seq` (relaxed). On x86 each
+//! is a plain `mov`; the fences only stop the compiler.
 //!
 //! - If a reader's read saw a change made after a writer's release fence, its acquire fence
 //!   synchronises with that fence, so the writer's odd store happens before the reader's
-//!   second load: `s2 != s1` (the count only grows), and the copy is rejected.
+//!   second load: `s2 != s1` (the count only grows), and the read is rejected.
 //! - If `s1` came from a writer's closing store (release, acquire), everything that writer
-//!   changed happens before the reader's reads: a copy taken with `s1 == s2` saw the state the
-//!   last writer left, and no part of a later one.
+//!   changed happens before the reader's reads: a read with `s1 == s2` saw the state the last
+//!   writer left, and no part of a later one. That includes where the table is
+//!   (`IndexHints`, stored relaxed inside the writer's odd section, loaded relaxed after `s1`).
+//! - An upgrade: the lock's acquire orders everything before the last unlock before the
+//!   upgrader; `before == s1` means that unlock was the one `s1` came from.
 //! - A segment that this shard frees may be reused by another shard, or by a large write
-//!   holding no shard lock, while a reader still copies from it. Those writes follow the
-//!   freeing shard's odd store (through the pool lock) and a release fence of their own (the
-//!   new owner's odd store, or `Segments::mark_pending_run`'s fence), so the first point
-//!   applies: a copy that saw them fails its check.
+//!   holding no shard lock, while a reader still reads it. Those writes follow the freeing
+//!   shard's odd store (through the pool lock) and a release fence of their own (the new
+//!   owner's odd store, or `Segments::mark_pending_run`'s fence), so the first point applies.
+//!
+//! The reader's loads of index slots, overflow counts and item bytes are plain loads through
+//! raw pointers (the bucket's tags compared in SSE registers, each slot read once), racing the
+//! writer's plain stores. The language's memory model calls such a race undefined; it is the
+//! seqlock idiom, and nothing read is acted on before the check beyond bounds-checked
+//! arithmetic and the reader's copy. The reader is shown `&[u8]` into bytes that may change
+//! under it: it must read each byte once and must not panic on any value (the server's
+//! encoders copy the value and format numbers).
 //!
 //! `loom` checks the protocol (`tests::loom_*`: a reader never accepts half of one write and
-//! half of another); `tests/optimistic_reads.rs` checks the whole store under eviction.
+//! half of another; an upgrade with an unchanged count holds the current state);
+//! `tests/optimistic_reads.rs` checks the whole store under eviction, and fails when the check
+//! or the undo is broken.
 //!
 //! # Memory a reader touches
 //!
-//! - Item bytes lie in the heap, one mapping for the store's life: a reader may read a
-//!   segment freed, reused, or handed back to the OS (zero pages) meanwhile, never unmapped
-//!   memory. Every offset it derives from what it read is checked against the heap's end
-//!   before it is used, so garbage read in a race stays inside the mapping.
-//! - Index tables are freed when a rebuild replaces them: the old table is handed to
-//!   `crossbeam-epoch` ([`retire`]), which frees it only once every reader pinned before
-//!   ([`pin`]) has let go. A table's published view (`index::TableView`: where its
-//!   buckets are and how many) never changes, so its bounds are always the table's own.
-//! - Those racing reads are plain loads and a `memcpy` of bytes, made through raw pointers,
-//!   never through a reference: the compiler assumes nothing of what they return, and nothing
-//!   read before the check is acted on beyond bounds-checked arithmetic. (The language's
-//!   memory model calls such a race undefined; it is the accepted seqlock idiom, and what
-//!   the values feed is checked before use.)
+//! - Item bytes lie in the heap, one mapping for the store's life: a reader may read a segment
+//!   freed, reused, or handed back to the OS (zero pages) meanwhile, never unmapped memory.
+//!   A location must name a segment and an offset inside it, the header and key must lie in
+//!   the rest of that segment (`item::has_key`), and so must the whole item (a larger one is
+//!   read under the lock): no read leaves the mapping, and a reader is never shown a value
+//!   longer than a segment, whatever it read.
+//! - Index tables lie in two address ranges per shard, reserved for the store's life
+//!   (`index::Regions`): a rebuild writes the one not in use, switches, and gives the old
+//!   one's pages back (`madvise(MADV_DONTNEED)`); no table has more buckets than a range
+//!   holds, so any table address and bucket count a reader loads, even from two different
+//!   tables, stays inside mapped memory: a late reader reads the old table, zeros or a newer
+//!   table, and its check rejects it. No epoch, no pin: a get costs no write to shared memory.
 
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicU64, Ordering};
@@ -98,7 +118,7 @@ impl SeqCount {
 #[cfg(all(test, loom))]
 mod tests {
     use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    use loom::sync::Arc;
+    use loom::sync::{Arc, Mutex};
     use loom::thread;
 
     use super::SeqCount;
@@ -145,6 +165,38 @@ mod tests {
             }
             writer.join().unwrap();
             assert_eq!(g.read(), Some([2, 2]));
+        });
+    }
+
+    #[test]
+    fn loom_a_read_upgraded_to_the_lock_with_its_count_unchanged_is_current() {
+        loom::model(|| {
+            let g = Arc::new((
+                Guarded {
+                    seq: SeqCount::new(),
+                    words: [AtomicU64::new(0), AtomicU64::new(0)],
+                },
+                Mutex::new(()),
+            ));
+            let writer = {
+                let g = g.clone();
+                thread::spawn(move || {
+                    let _locked = g.1.lock().unwrap();
+                    g.0.write(1);
+                })
+            };
+            if let Some(start) = g.0.seq.begin_read() {
+                let copy = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                let _locked = g.1.lock().unwrap();
+                let before = g.0.seq.begin_write();
+                // `ShardGuard::unchanged_since`: what was read is what the lock now guards.
+                if before == start {
+                    let now = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                    assert_eq!(copy, now, "an upgrade kept a stale read");
+                }
+                g.0.seq.end_write(before);
+            }
+            writer.join().unwrap();
         });
     }
 
