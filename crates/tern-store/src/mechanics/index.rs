@@ -247,7 +247,7 @@ impl Index {
     }
 
     /// Where the table starts and how many buckets it has (for read-ahead without the lock:
-    /// see `IndexHints`).
+    /// see `index_hints::Hint`).
     pub(crate) fn table(&self) -> (*mut u8, usize) {
         (self.regions.base(self.active).cast(), self.n)
     }
@@ -498,7 +498,7 @@ fn page_size() -> usize {
 }
 
 /// [`Index::find_hinted`] for a reader without the shard's lock, in the table a shard's
-/// `IndexHints` entry named (`table`, `n`): it may be changing meanwhile, so what `matches` is
+/// hint (`ShardLock::hint`) named (`table`, `n`): it may be changing meanwhile, so what `matches` is
 /// shown (any location, stale or from a newer table) is only as good as the reader's check
 /// afterwards (see `seqlock`). Each slot and count is read once, a plain load.
 ///

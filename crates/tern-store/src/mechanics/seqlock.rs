@@ -32,7 +32,7 @@
 //! - If `s1` came from a writer's closing store (release, acquire), everything that writer
 //!   changed happens before the reader's reads: a read with `s1 == s2` saw the state the last
 //!   writer left, and no part of a later one. That includes where the table is
-//!   (`IndexHints`, stored relaxed inside the writer's odd section, loaded relaxed after `s1`).
+//!   (`ShardLock::hint`, stored relaxed inside the writer's odd section, loaded relaxed after `s1`).
 //! - An upgrade: the lock's acquire orders everything before the last unlock before the
 //!   upgrader; `before == s1` means that unlock was the one `s1` came from.
 //! - A segment that this shard frees may be reused by another shard, or by a large write

@@ -10,6 +10,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::counters::Counters;
 use super::index::Index;
+use super::index_hints::Hint;
 use super::item::{self, Header};
 use super::segments::{Loc, Owner, NO_SEGMENT};
 use super::seqlock::SeqCount;
@@ -58,6 +59,8 @@ impl Shard {
 pub(crate) struct ShardLock {
     shard: Mutex<Shard>,
     pub(crate) seq: SeqCount,
+    /// Where the shard's index table is, for readers without the lock.
+    pub(crate) hint: Hint,
     /// The `flush_all` generation the shard has applied (its `flush_seq`), for readers to see
     /// whether one is due without the lock.
     pub(crate) flush_applied: AtomicU32,
@@ -66,6 +69,7 @@ pub(crate) struct ShardLock {
 impl ShardLock {
     pub(crate) fn new(shard: Shard) -> ShardLock {
         ShardLock {
+            hint: Hint::of(&shard.index),
             shard: Mutex::new(shard),
             seq: SeqCount::new(),
             flush_applied: AtomicU32::new(0),

@@ -61,7 +61,7 @@ impl Store {
         }
         let old = sh.index.bytes();
         sh.index.clear();
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.recharge_index(old, sh.index.bytes());
         sh.churn += 1;
         let c = &mut sh.counters;

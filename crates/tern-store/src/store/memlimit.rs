@@ -119,7 +119,7 @@ impl Store {
                 self.discard_excess_warm();
                 let old = sh.index.bytes();
                 sh.index.grow();
-                self.index_hints.refresh(sh);
+                self.refresh_hint(sh);
                 self.pool().uncharge_index(old);
                 return true;
             }
@@ -142,7 +142,7 @@ impl Store {
         self.pool().charge_index_anyway(sh.index.shrunk_bytes());
         let old = sh.index.bytes();
         sh.index.shrink();
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.pool().uncharge_index(old);
     }
 

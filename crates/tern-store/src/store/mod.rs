@@ -18,7 +18,6 @@ use crate::mechanics::error::StoreError;
 use crate::mechanics::flush_mark::Flush;
 use crate::mechanics::hash_seeds;
 use crate::mechanics::heap::{Heap, PageKind};
-use crate::mechanics::index_hints::IndexHints;
 use crate::mechanics::pool::Pool;
 use crate::mechanics::segments::Segments;
 use crate::mechanics::shard::{Padded, Shard, ShardLock};
@@ -47,8 +46,6 @@ pub struct Store {
     pub(crate) seeds: [u64; 4],
     /// Each shard behind its lock, which reads skip (see `mechanics/seqlock.rs`).
     pub(crate) shards: Box<[Padded<ShardLock>]>,
-    /// Where each shard's index table is, for read-ahead without its lock.
-    pub(crate) index_hints: IndexHints,
     pub(crate) segs: Segments,
     pub(crate) pool: Mutex<Pool>,
     pub(crate) flush: Flush,
@@ -125,7 +122,6 @@ impl Store {
             clock,
             hasher,
             seeds,
-            index_hints: IndexHints::new(&shards),
             shards,
         }
     }

@@ -461,7 +461,7 @@ impl Store {
         let old = sh.index.bytes();
         self.charge_restored_index(sh.index.reserved_bytes(state.live.len()));
         sh.index.reserve(state.live.len());
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.pool().uncharge_index(old);
         for &packed in &state.live {
             if packed >> OFFSET_BITS == 0 {

@@ -36,7 +36,7 @@ impl Store {
     /// shard's hint without a lock.
     #[inline]
     pub fn prefetch_bucket(&self, key: HashedKey<'_>) {
-        let hint = &self.index_hints.0[key.shard];
+        let hint = &self.shards[key.shard].0.hint;
         // Every hint names a table: they are set when the store is made.
         let home = index::home_bucket(key.key.tag, hint.buckets.load(Ordering::Relaxed));
         let table = hint.table.load(Ordering::Relaxed);
@@ -55,7 +55,7 @@ impl Store {
         keys: impl IntoIterator<Item = &'a mut HashedKey<'k>>,
     ) {
         for key in keys {
-            let hint = &self.index_hints.0[key.shard];
+            let hint = &self.shards[key.shard].0.hint;
             let (table, n) = (
                 hint.table.load(Ordering::Relaxed),
                 hint.buckets.load(Ordering::Relaxed),
@@ -112,7 +112,8 @@ mod tests {
     /// Read-ahead trusts each shard's hint to name its index table as it is now: the hints
     /// follow the tables through every rebuild (growth and a flush here).
     fn assert_hints_follow_the_index(store: &Store) {
-        for (shard, hint) in store.index_hints.0.iter().enumerate() {
+        for (shard, cell) in store.shards.iter().enumerate() {
+            let hint = &cell.0.hint;
             let guard = store.lock(shard);
             let (table, buckets) = guard.index.table();
             assert_eq!(hint.table.load(Ordering::Relaxed).cast_const(), table);

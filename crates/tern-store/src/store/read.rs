@@ -115,7 +115,7 @@ impl Store {
                 // Both decided before `read` ran: nothing to undo.
                 Racy::Locked => break,
                 Racy::Bump(loc, h, item, created) => {
-                    let mut guard = self.lock(key.shard);
+                    let mut guard = cell.lock();
                     if !guard.unchanged_since(start) {
                         break;
                     }
@@ -161,7 +161,7 @@ impl Store {
         {
             return Racy::Locked;
         }
-        let hint = &self.index_hints.0[key.shard];
+        let hint = &cell.hint;
         let (table, n) = (hint.table.load(Relaxed), hint.buckets.load(Relaxed));
         // SAFETY: a hint of this store, which lives.
         let found = unsafe {

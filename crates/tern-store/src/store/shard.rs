@@ -21,6 +21,14 @@ impl Store {
         self.shards[shard].0.lock()
     }
 
+    /// Records where `sh`'s index table is now, after a rebuild (under its lock).
+    pub(crate) fn refresh_hint(&self, sh: &Shard) {
+        self.shards[sh.owner.id() as usize]
+            .0
+            .hint
+            .refresh(&sh.index);
+    }
+
     /// The item `key` maps to in this shard, expired or not.
     pub(crate) fn lookup(&self, sh: &Shard, key: Key) -> Option<Found> {
         self.find_item(sh, key).map(|(found, _)| found)
