@@ -58,7 +58,8 @@ fn main() {
                 store.prefetch(&batch);
             }
             for key in batch {
-                let _ = store.get(key, |item| out.extend_from_slice(item.value));
+                let _ =
+                    store.get_into(key, &mut out, |item, out| out.extend_from_slice(item.value));
             }
             out.clear();
         }

@@ -155,27 +155,28 @@ impl<'a> Ops<'a> {
     }
 
     /// A retrieval (one key of get/gets/gat/gats, or a touch): looks `key` up, sets its expiry
-    /// when `touch` says so, and hands the item to `read` (under the shard lock).
+    /// when `touch` says so, and hands the item to `read`, which writes its reply into `out`.
+    /// A plain get reads without the shard's lock, so `read` may run on a state a writer was
+    /// changing; the store then cuts `out` back and runs it again (`Store::get_into`).
     #[inline]
     pub fn get<'k, R>(
         &self,
         cmd: Cmd,
         key: impl ReadKey<'k>,
         touch: Option<Expiry>,
-        read: impl FnOnce(ItemView<'_>) -> R,
+        out: &mut Vec<u8>,
+        read: impl Fn(ItemView<'_>, &mut Vec<u8>) -> R,
     ) -> Result<R, Miss> {
         let hashed = key.hashed(self.store());
         let key = hashed.bytes();
         let found = if self.shared.watchers.watching(Kind::Fetchers) {
-            let mut size = 0;
-            let found = self.lookup(hashed, touch, |item| {
-                size = item.value.len();
-                read(item)
+            let found = self.lookup(hashed, touch, out, |item, out| {
+                (item.value.len(), read(item, out))
             });
-            self.log_fetch(key, found.as_ref().ok().map(|_| size));
-            found
+            self.log_fetch(key, found.as_ref().ok().map(|f| f.0));
+            found.map(|(_, r)| r)
         } else {
-            self.lookup(hashed, touch, read)
+            self.lookup(hashed, touch, out, read)
         };
         self.record_key(cmd, lookup_outcome(&found), key);
         self.prefix_lookup(cmd, key, found.is_ok());
@@ -187,13 +188,16 @@ impl<'a> Ops<'a> {
         &self,
         key: HashedKey<'_>,
         touch: Option<Expiry>,
-        read: impl FnOnce(ItemView<'_>) -> R,
+        out: &mut Vec<u8>,
+        read: impl Fn(ItemView<'_>, &mut Vec<u8>) -> R,
     ) -> Result<R, Miss> {
         // Two calls, not one taking `touch`: the read is inlined into each, and a plain get's
         // copy carries no touch at all (one shared copy cost a pipelined get 33 instructions).
         match touch {
-            None => self.store().get(key, read),
-            Some(expiry) => self.store().get_and_touch(key, expiry, read),
+            None => self.store().get_into(key, out, read),
+            Some(expiry) => self
+                .store()
+                .get_and_touch(key, expiry, |item| read(item, out)),
         }
     }
 

@@ -152,7 +152,7 @@ fn get(
 ) {
     let (opcode, opaque) = (req.opcode, req.opaque);
     let echo = with_key.then_some(key);
-    let found = ops.get(cmd, key, expiry, |item| {
+    let found = ops.get(cmd, key, expiry, out, |item, out| {
         bin::write_value(
             out,
             opcode,
@@ -182,9 +182,15 @@ fn execute(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> After {
         }
         Command::Touch { key, exptime } => {
             // memcached's Touch reply carries the flags but not the value.
-            let found = ops.get(Cmd::Touch, key, Some(expiry(ops, exptime)), |item| {
-                bin::write_value(out, opcode, opaque, item.cas(), item.flags, None, &[])
-            });
+            let found = ops.get(
+                Cmd::Touch,
+                key,
+                Some(expiry(ops, exptime)),
+                out,
+                |item, out| {
+                    bin::write_value(out, opcode, opaque, item.cas(), item.flags, None, &[])
+                },
+            );
             if found.is_err() {
                 bin::write_error(out, opcode as u8, opaque, Status::KeyNotFound);
             }

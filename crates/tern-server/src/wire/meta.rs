@@ -335,7 +335,7 @@ fn arithmetic(ops: &Ops<'_>, req: &Request<'_>, mode: ArithMode, out: &mut Vec<u
 fn debug(ops: &Ops<'_>, req: &Request<'_>, out: &mut Vec<u8>) {
     let key = req.key.bytes();
     let now = ops.now();
-    let info = ops.get(Cmd::Admin, key, None, |item| DebugInfo {
+    let info = ops.get(Cmd::Admin, key, None, out, |item, _| DebugInfo {
         exp: item.expiry.remaining(now).map_or(-1, i64::from),
         last_access: u64::from(now.saturating_sub(item.last_access)),
         cas: item.cas(),

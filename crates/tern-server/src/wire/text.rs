@@ -312,7 +312,13 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
             exptime,
             noreply,
         } => {
-            let touched = ops.get(Cmd::Touch, key, Some(ops.expiry(exptime)), |_| ());
+            let touched = ops.get(
+                Cmd::Touch,
+                key,
+                Some(ops.expiry(exptime)),
+                out.buf(),
+                |_, _| (),
+            );
             let text = match touched {
                 Ok(()) => ascii::TOUCHED,
                 Err(_) => ascii::NOT_FOUND,
@@ -492,7 +498,7 @@ fn get_one(ops: &Ops<'_>, key: &[u8], with_cas: bool, buf: &mut Vec<u8>) -> Step
 #[inline(never)]
 fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mut Vec<u8>) {
     let cmd = if WITH_CAS { Cmd::Gets } else { Cmd::Get };
-    let found = ops.get(cmd, *key, None, |item| {
+    let found = ops.get(cmd, *key, None, buf, |item, buf| {
         ascii::encode_only_value(
             buf,
             key.bytes(),
@@ -516,7 +522,7 @@ fn get_value(
     with_cas: bool,
     buf: &mut Vec<u8>,
 ) {
-    let _ = ops.get(cmd, key, expiry, |item| {
+    let _ = ops.get(cmd, key, expiry, buf, |item, buf| {
         ascii::encode_value(
             buf,
             key,

@@ -286,8 +286,8 @@ impl Heap {
         unsafe { libc::madvise(self.base.add(from).cast(), to - from, advice) == 0 }
     }
 
-    /// Where byte `at` of the heap is, for a prefetch: nothing may be read through it (it is
-    /// not checked, and no lock is held over the bytes).
+    /// Where byte `at` of the heap is, for a prefetch, or a read without the lock that checked
+    /// `at` is inside the heap (`Segments::tail_racy`): it is not checked here.
     #[inline(always)]
     pub(crate) fn address(&self, at: usize) -> *const u8 {
         self.base.wrapping_add(at).cast_const()

@@ -17,6 +17,13 @@
 //! The tables count inside the memory limit: the store charges a new table before it is built
 //! (`Store::grow_index`, making room by eviction when the heap is full), and a table that
 //! evictions leave under 30% full is rebuilt smaller, giving its memory back to the items.
+//!
+//! Optimistic readers probe a table without the shard's lock (see `seqlock`), so a table a
+//! rebuild replaces must stay readable: each shard's tables live in two address ranges
+//! ([`Regions`]) reserved for the shard's life; a rebuild writes the one not in use, switches,
+//! and gives the old one's pages back to the OS. A late reader of the old table reads it,
+//! zeros or a newer table, never unmapped memory, and its check rejects what it read.
+
 pub(crate) const TAG_BITS: u32 = 24;
 const LOC_BITS: u32 = 40;
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
@@ -72,11 +79,15 @@ impl Bucket {
     }
 }
 
+/// A table in a region: `n` buckets, then per bucket how many entries live past it (their home
+/// bucket is this one or earlier and they were placed after it; a search stops at a bucket
+/// whose count is 0).
 pub(crate) struct Index {
-    buckets: Box<[Bucket]>,
-    /// Per bucket: how many entries live past it (their home bucket is this one or earlier
-    /// and they were placed after it). A search stops at a bucket whose count is 0.
-    overflow: Box<[u8]>,
+    regions: Regions,
+    /// The region the table is in (0 or 1).
+    active: usize,
+    /// Buckets in the table.
+    n: usize,
     len: usize,
     /// The `len` at which the table is 85% full and wants rebuilding larger, computed once
     /// per table so that the check before every insert is one comparison.
@@ -100,17 +111,59 @@ fn tag_of(slot: u64) -> u32 {
 }
 
 impl Index {
-    pub(crate) fn new() -> Index {
-        Index::with_buckets(MIN_BUCKETS)
+    /// An empty table whose rebuilds may grow it to `max_bytes` (at least its first size).
+    pub(crate) fn new(max_bytes: usize) -> Index {
+        let mut index = Index {
+            regions: Regions::reserve((max_bytes / BUCKET_BYTES).max(MIN_BUCKETS)),
+            active: 0,
+            n: 0,
+            len: 0,
+            full_at: 0,
+        };
+        index.switch(MIN_BUCKETS);
+        index
     }
 
-    fn with_buckets(n: usize) -> Index {
-        Index {
-            buckets: vec![Bucket::default(); n].into_boxed_slice(),
-            overflow: vec![0; n].into_boxed_slice(),
-            len: 0,
-            // One more entry would take the table past 85%: (len + 1) * 20 > slots * 17.
-            full_at: n * WAYS * 17 / 20,
+    /// Makes the other region's `n` buckets (all zero: see `Regions`) the table, leaving the
+    /// entries of the one before for the caller to place, then release.
+    fn switch(&mut self, n: usize) -> (usize, usize) {
+        let old = (self.active, self.n);
+        self.active ^= 1;
+        self.n = n;
+        // One more entry would take the table past 85%: (len + 1) * 20 > slots * 17.
+        self.full_at = n * WAYS * 17 / 20;
+        old
+    }
+
+    #[inline(always)]
+    fn buckets(&self) -> &[Bucket] {
+        // SAFETY: the region holds `n <= cap` buckets, zeroed or written only through `&mut
+        // self`; readers without the lock only read (see `seqlock`).
+        unsafe { std::slice::from_raw_parts(self.regions.base(self.active), self.n) }
+    }
+
+    #[inline(always)]
+    fn buckets_mut(&mut self) -> &mut [Bucket] {
+        // SAFETY: as `buckets`, and `&mut self` makes this the one slice of them.
+        unsafe { std::slice::from_raw_parts_mut(self.regions.base(self.active), self.n) }
+    }
+
+    #[inline(always)]
+    fn overflow(&self) -> &[u8] {
+        // SAFETY: the `n` counts after the `n` buckets, inside the region (`cap * BUCKET_BYTES`).
+        unsafe {
+            std::slice::from_raw_parts(overflow_of(self.regions.base(self.active), self.n), self.n)
+        }
+    }
+
+    #[inline(always)]
+    fn overflow_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `overflow`, and `&mut self` makes this the one slice of them.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                overflow_of(self.regions.base(self.active), self.n),
+                self.n,
+            )
         }
     }
 
@@ -130,14 +183,14 @@ impl Index {
         let last = self.home(tags.end - 1);
         let mut b = self.home(tags.start);
         let mut reached_last = false;
-        for _ in 0..self.buckets.len() {
-            for &slot in &self.buckets[b].0 {
+        for _ in 0..self.n {
+            for &slot in &self.buckets()[b].0 {
                 if slot != 0 && tags.contains(&tag_of(slot)) {
                     each(slot & LOC_MASK);
                 }
             }
             reached_last |= b == last;
-            if reached_last && self.overflow[b] == 0 {
+            if reached_last && self.overflow()[b] == 0 {
                 return;
             }
             b = self.next(b);
@@ -145,7 +198,7 @@ impl Index {
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.buckets.len() * BUCKET_BYTES
+        self.n * BUCKET_BYTES
     }
 
     /// Slots in `bytes` of tables (the pool counts the index in bytes).
@@ -155,7 +208,7 @@ impl Index {
 
     /// Entries the table has room for (its buckets' slots, full or not).
     pub(crate) fn slots(&self) -> usize {
-        self.buckets.len() * WAYS
+        self.n * WAYS
     }
 
     /// Whether one more entry needs a larger table first (`grow`): past 85% full.
@@ -170,13 +223,13 @@ impl Index {
     }
 
     fn grown_buckets(&self) -> usize {
-        self.buckets.len() * 9 / 8 + 1
+        (self.n * 9 / 8 + 1).min(self.regions.cap)
     }
 
     /// Whether the table is under 30% full (after evictions), so that `shrink` would give
     /// back more than half of it.
     pub(crate) fn is_sparse(&self) -> bool {
-        self.buckets.len() > MIN_BUCKETS && self.len * 10 < self.buckets.len() * WAYS * 3
+        self.n > MIN_BUCKETS && self.len * 10 < self.n * WAYS * 3
     }
 
     /// Bytes of the table `shrink` builds.
@@ -195,17 +248,22 @@ impl Index {
     }
 
     fn home(&self, tag: u32) -> usize {
-        home_bucket(tag, self.buckets.len())
+        home_bucket(tag, self.n)
     }
 
     /// Where the table starts and how many buckets it has (for read-ahead without the lock:
-    /// see `IndexHints`).
-    pub(crate) fn table(&self) -> (*const u8, usize) {
-        (self.buckets.as_ptr().cast(), self.buckets.len())
+    /// see `index_hints::Hint`).
+    pub(crate) fn table(&self) -> (*mut u8, usize) {
+        (self.regions.base(self.active).cast(), self.n)
+    }
+
+    /// Whether `grow` can build a larger table: not when the table fills its region.
+    pub(crate) fn can_grow(&self) -> bool {
+        self.n < self.regions.cap
     }
 
     fn next(&self, b: usize) -> usize {
-        if b + 1 == self.buckets.len() {
+        if b + 1 == self.n {
             0
         } else {
             b + 1
@@ -221,8 +279,8 @@ impl Index {
         mut matches: impl FnMut(u64) -> Option<T>,
     ) -> Option<(usize, T)> {
         let mut b = self.home(tag);
-        for _ in 0..self.buckets.len() {
-            let bucket = &self.buckets[b];
+        for _ in 0..self.n {
+            let bucket = &self.buckets()[b];
             // Tags are never 0, so an empty slot (all zero) never matches. With 24-bit tags a
             // bucket rarely holds a second slot with the same tag, so a hit calls `matches` once.
             let mut hits = bucket.slots_tagged(tag);
@@ -233,7 +291,7 @@ impl Index {
                 }
                 hits &= hits - 1;
             }
-            if self.overflow[b] == 0 {
+            if self.overflow()[b] == 0 {
                 return None;
             }
             b = self.next(b);
@@ -257,7 +315,7 @@ impl Index {
         if hint == NO_SLOT {
             return self.find(tag, matches);
         }
-        if let Some(bucket) = self.buckets.get(slot / WAYS) {
+        if let Some(bucket) = self.buckets().get(slot / WAYS) {
             let entry = bucket.0[slot % WAYS];
             if tag_of(entry) == tag {
                 if let Some(found) = matches(entry & LOC_MASK) {
@@ -268,25 +326,13 @@ impl Index {
         self.find(tag, matches)
     }
 
-    /// The slot and location of the first entry in `tag`'s home bucket with that tag, if any
-    /// (for read-ahead: not checked against the key).
-    pub(crate) fn home_slot(&self, tag: u32) -> Option<(u32, u64)> {
-        let b = self.home(tag);
-        let bucket = &self.buckets[b];
-        let hits = bucket.slots_tagged(tag);
-        (hits != 0).then(|| {
-            let w = hits.trailing_zeros() as usize % WAYS;
-            ((b * WAYS + w) as u32, bucket.0[w] & LOC_MASK)
-        })
-    }
-
     #[cfg(test)]
     fn location(&self, i: usize) -> u64 {
-        self.buckets[i / WAYS].0[i % WAYS] & LOC_MASK
+        self.buckets()[i / WAYS].0[i % WAYS] & LOC_MASK
     }
 
     pub(crate) fn set_location(&mut self, i: usize, loc: u64) {
-        let slot = &mut self.buckets[i / WAYS].0[i % WAYS];
+        let slot = &mut self.buckets_mut()[i / WAYS].0[i % WAYS];
         *slot = (*slot & !LOC_MASK) | loc;
     }
 
@@ -294,7 +340,7 @@ impl Index {
     /// table when `needs_room` said so).
     pub(crate) fn insert(&mut self, tag: u32, loc: u64) {
         debug_assert!(loc != 0 && loc <= LOC_MASK && tag != 0 && tag < 1 << TAG_BITS);
-        debug_assert!(self.len < self.buckets.len() * WAYS, "a full table");
+        debug_assert!(self.len < self.n * WAYS, "a full table");
         self.place(((tag as u64) << LOC_BITS) | loc);
         self.len += 1;
     }
@@ -302,11 +348,11 @@ impl Index {
     fn place(&mut self, slot: u64) {
         let mut b = self.home(tag_of(slot));
         loop {
-            if let Some(free) = self.buckets[b].0.iter_mut().find(|s| **s == 0) {
+            if let Some(free) = self.buckets_mut()[b].0.iter_mut().find(|s| **s == 0) {
                 *free = slot;
                 return;
             }
-            let count = &mut self.overflow[b];
+            let count = &mut self.overflow_mut()[b];
             *count = count.saturating_add(1);
             b = self.next(b);
         }
@@ -315,7 +361,7 @@ impl Index {
     /// Points slot `i`, which holds `tag`, at `loc` instead: a new version of the same key takes
     /// its older one's slot, with no removal and no search for a free one.
     pub(crate) fn replace(&mut self, i: usize, tag: u32, loc: u64) {
-        let slot = &mut self.buckets[i / WAYS].0[i % WAYS];
+        let slot = &mut self.buckets_mut()[i / WAYS].0[i % WAYS];
         debug_assert!(tag_of(*slot) == tag && loc != 0 && loc <= LOC_MASK);
         *slot = ((tag as u64) << LOC_BITS) | loc;
     }
@@ -323,19 +369,22 @@ impl Index {
     /// Clears slot `i`, and the overflow counts it had raised.
     pub(crate) fn remove(&mut self, i: usize) {
         let (at, w) = (i / WAYS, i % WAYS);
-        let mut b = self.home(tag_of(self.buckets[at].0[w]));
+        let mut b = self.home(tag_of(self.buckets()[at].0[w]));
         while b != at {
-            if self.overflow[b] != STUCK {
-                self.overflow[b] -= 1;
+            let count = &mut self.overflow_mut()[b];
+            if *count != STUCK {
+                *count -= 1;
             }
             b = self.next(b);
         }
-        self.buckets[at].0[w] = 0;
+        self.buckets_mut()[at].0[w] = 0;
         self.len -= 1;
     }
 
     pub(crate) fn clear(&mut self) {
-        *self = Index::new();
+        let (old, old_n) = self.switch(MIN_BUCKETS);
+        self.len = 0;
+        self.regions.release(old, old_n);
     }
 
     /// Makes room for `additional` more entries at once, about 80% full after them (within the
@@ -343,8 +392,8 @@ impl Index {
     /// it is about to insert, and one rebuild instead of one per 12.5% of growth halves its time.
     pub(crate) fn reserve(&mut self, additional: usize) {
         let buckets = ((self.len + additional) * 20).div_ceil(WAYS * 16);
-        if buckets > self.buckets.len() {
-            self.rebuild(buckets);
+        if buckets > self.n {
+            self.rebuild(buckets.min(self.regions.cap));
         }
     }
 
@@ -352,7 +401,7 @@ impl Index {
     pub(crate) fn reserved_bytes(&self, additional: usize) -> usize {
         ((self.len + additional) * 20)
             .div_ceil(WAYS * 16)
-            .max(self.buckets.len())
+            .max(self.n)
             * BUCKET_BYTES
     }
 
@@ -362,14 +411,161 @@ impl Index {
     }
 
     fn rebuild(&mut self, buckets: usize) {
-        let old = std::mem::replace(self, Index::with_buckets(buckets));
-        self.len = old.len;
-        for bucket in old.buckets.iter() {
+        debug_assert!(buckets <= self.regions.cap && self.len < buckets * WAYS);
+        let (old, old_n) = self.switch(buckets.min(self.regions.cap));
+        for b in 0..old_n {
+            // SAFETY: bucket `b < old_n` of the old table, still in its region until released
+            // below; this table is in the other region, so nothing written aliases it.
+            let bucket = unsafe { *self.regions.base(old).add(b) };
             for &slot in bucket.0.iter().filter(|&&s| s != 0) {
                 self.place(slot);
             }
         }
+        self.regions.release(old, old_n);
     }
+}
+
+/// Where a table's overflow counts are: right after its `n` buckets.
+fn overflow_of(buckets: *mut Bucket, n: usize) -> *mut u8 {
+    buckets.wrapping_add(n).cast()
+}
+
+/// A shard's two table regions, each room for `cap` buckets and their overflow counts, reserved
+/// (not backed: pages come as they are written) for the shard's life and unmapped with it. The
+/// region not in use is all zero: a new one is, and a table left is given back (`release`).
+struct Regions {
+    start: *mut Bucket,
+    cap: usize,
+    /// Bytes from one region to the next: `cap` buckets and counts, in whole pages.
+    stride: usize,
+}
+
+// SAFETY: the regions are plain memory; `Index` writes them only through `&mut self`.
+unsafe impl Send for Regions {}
+// SAFETY: as for `Send`; shared, they are only read (readers without the lock: see `seqlock`).
+unsafe impl Sync for Regions {}
+
+impl Regions {
+    fn reserve(cap: usize) -> Regions {
+        let stride = (cap * BUCKET_BYTES).next_multiple_of(page_size());
+        let bytes = 2 * stride;
+        // SAFETY: a new private anonymous mapping; no memory of ours is touched.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            start != libc::MAP_FAILED,
+            "reserving {bytes} bytes of address space for an index: {}",
+            std::io::Error::last_os_error()
+        );
+        Regions {
+            start: start.cast(),
+            cap,
+            stride,
+        }
+    }
+
+    /// The first bucket of region `r` (page-aligned, so bucket-aligned).
+    #[inline(always)]
+    fn base(&self, r: usize) -> *mut Bucket {
+        self.start.cast::<u8>().wrapping_add(r * self.stride).cast()
+    }
+
+    /// Gives back the pages of region `r`'s table of `n` buckets: they read as zeros after.
+    fn release(&self, r: usize, n: usize) {
+        let bytes = (n * BUCKET_BYTES).next_multiple_of(page_size());
+        // SAFETY: the first `bytes` of region `r`, inside the mapping; no reference into them
+        // outlives this call (the table moved to the other region). Readers without the lock
+        // may read them meanwhile: they read the table or zeros (see `seqlock`).
+        let done = unsafe { libc::madvise(self.base(r).cast(), bytes, libc::MADV_DONTNEED) };
+        assert_eq!(done, 0, "madvise: {}", std::io::Error::last_os_error());
+    }
+}
+
+impl Drop for Regions {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `reserve` made, unmapped once, when its index goes (with its
+        // store: no reader is left).
+        unsafe { libc::munmap(self.start.cast(), 2 * self.stride) };
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// [`Index::find_hinted`] for a reader without the shard's lock, in the table a shard's
+/// hint (`ShardLock::hint`) named (`table`, `n`): it may be changing meanwhile, so what `matches` is
+/// shown (any location, stale or from a newer table) is only as good as the reader's check
+/// afterwards (see `seqlock`). Each slot and count is read once, a plain load.
+///
+/// # Safety
+/// `table` and `n` were loaded from a hint of a live store (any pair of them: every table of a
+/// shard has at most its regions' `cap` buckets, so any `n` stays inside either region).
+#[inline(always)]
+pub(crate) unsafe fn find_racy<T>(
+    table: *mut u8,
+    n: usize,
+    tag: u32,
+    hint: u32,
+    mut matches: impl FnMut(u64) -> Option<T>,
+) -> Option<T> {
+    let buckets = table.cast::<Bucket>();
+    let slot = hint as usize;
+    if slot < n * WAYS {
+        // SAFETY: bucket `slot / WAYS < n`, inside the region (the contract).
+        let entry = unsafe { (*buckets.add(slot / WAYS)).0[slot % WAYS] };
+        if tag_of(entry) == tag {
+            if let Some(found) = matches(entry & LOC_MASK) {
+                return Some(found);
+            }
+        }
+    }
+    let mut b = home_bucket(tag, n);
+    for _ in 0..n {
+        // SAFETY: `b < n` (a home bucket, then the next one round), inside the region.
+        let bucket = unsafe { &*buckets.add(b) };
+        let mut hits = bucket.slots_tagged(tag);
+        while hits != 0 {
+            let w = hits.trailing_zeros() as usize % WAYS;
+            if let Some(found) = matches(bucket.0[w] & LOC_MASK) {
+                return Some(found);
+            }
+            hits &= hits - 1;
+        }
+        // SAFETY: count `b < n`, after the `n` buckets: inside the region (`cap * BUCKET_BYTES`).
+        if unsafe { *overflow_of(buckets, n).add(b) } == 0 {
+            return None;
+        }
+        b = if b + 1 == n { 0 } else { b + 1 };
+    }
+    None
+}
+
+/// The slot and location of the first entry in `tag`'s home bucket with that tag, if any, for
+/// read-ahead without the lock: not checked against the key, maybe stale (the read that uses
+/// it as a hint checks it).
+///
+/// # Safety
+/// As for [`find_racy`].
+#[inline]
+pub(crate) unsafe fn home_slot_racy(table: *mut u8, n: usize, tag: u32) -> Option<(u32, u64)> {
+    let b = home_bucket(tag, n);
+    // SAFETY: a home bucket is below `n`: inside the region (the contract).
+    let bucket = unsafe { &*table.cast::<Bucket>().add(b) };
+    let hits = bucket.slots_tagged(tag);
+    (hits != 0).then(|| {
+        let w = hits.trailing_zeros() as usize % WAYS;
+        ((b * WAYS + w) as u32, bucket.0[w] & LOC_MASK)
+    })
 }
 
 #[cfg(test)]
@@ -386,9 +582,32 @@ mod tests {
     }
 
     #[test]
+    fn a_table_grows_to_its_regions_and_no_further_and_a_rebuild_leaves_zeros_behind() {
+        let mut index = Index::new(100 * BUCKET_BYTES);
+        let mut loc = 0;
+        while index.can_grow() {
+            loc += 1;
+            add(
+                &mut index,
+                ((loc as u32 * 40_503) % (1 << TAG_BITS)) | 1,
+                loc,
+            );
+        }
+        assert_eq!(index.n, 100);
+        assert!(index.bytes() <= 100 * BUCKET_BYTES);
+        let (table, n) = index.table();
+        index.clear();
+        // SAFETY: the old table's region stays mapped; its pages were given back.
+        let old = unsafe { std::slice::from_raw_parts(table, n * BUCKET_BYTES) };
+        assert!(old.iter().all(|&b| b == 0));
+        assert_eq!((index.len(), index.n), (0, MIN_BUCKETS));
+    }
+
+    #[test]
     fn a_table_wants_room_past_85_percent() {
         for buckets in [MIN_BUCKETS, 9, 10, 11, 12, 13, 100, 1001] {
-            let mut index = Index::with_buckets(buckets);
+            let mut index = Index::new(1 << 20);
+            index.rebuild(buckets);
             for len in 0..buckets * WAYS {
                 index.len = len;
                 let past = (len + 1) * 20 > buckets * WAYS * 17;
@@ -433,7 +652,7 @@ mod tests {
 
     #[test]
     fn tag_ranges_find_every_entry_once_through_growth() {
-        let mut index = Index::new();
+        let mut index = Index::new(1 << 20);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         for loc in 1..=5_000u64 {
             rng ^= rng << 13;
@@ -467,7 +686,7 @@ mod tests {
 
     #[test]
     fn a_reserved_index_takes_that_many_entries_without_a_rebuild() {
-        let mut index = Index::new();
+        let mut index = Index::new(1 << 20);
         index.reserve(50_000);
         let bytes = index.bytes();
         for loc in 1..=50_000u64 {
@@ -488,7 +707,7 @@ mod tests {
 
     #[test]
     fn matches_a_map_through_growth_and_removal() {
-        let mut index = Index::new();
+        let mut index = Index::new(1 << 20);
         let mut model = HashMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for round in 0..40_000u64 {

@@ -1,6 +1,7 @@
 //! The bottom layer: how items are kept, with no `Store` in sight. The clock, the error type,
 //! the settings and the heap's geometry (`config`), the heap and its segments, the free pool,
-//! the item layout, the hash index and its read-ahead hints, TTL groups, a shard's state and
+//! the item layout, the hash index and its read-ahead hints, TTL groups, a shard's state (and the
+//! sequence count that lets reads skip its lock: `seqlock`) and
 //! counters, the `flush_all` mark, the key hash's seeds, and the plain values the API takes and
 //! gives (`types`).
 //!
@@ -20,6 +21,7 @@ pub(crate) mod index_hints;
 pub(crate) mod item;
 pub(crate) mod pool;
 pub(crate) mod segments;
+pub(crate) mod seqlock;
 pub(crate) mod shard;
 pub(crate) mod ttl;
 pub(crate) mod types;

@@ -16,7 +16,7 @@
 //! lock that keeps it free meanwhile.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::clock::UnixSecs;
 use super::heap::{GrowError, Heap, PageKind};
@@ -40,6 +40,17 @@ impl Loc {
     /// Never 0, which marks an empty index slot.
     pub(crate) fn pack(self) -> u64 {
         ((self.seg as u64 + 1) << OFFSET_BITS) | self.off as u64
+    }
+
+    /// [`Loc::unpack`] for a location read without the lock, which may be garbage: a packed 0
+    /// gives segment `u32::MAX`, which `Segments::tail_racy` refuses with any other beyond the
+    /// heap.
+    #[inline(always)]
+    pub(crate) fn unpack_racy(packed: u64) -> Loc {
+        Loc {
+            seg: ((packed >> OFFSET_BITS) as u32).wrapping_sub(1),
+            off: (packed & ((1 << OFFSET_BITS) - 1)) as u32,
+        }
     }
 
     pub(crate) fn unpack(packed: u64) -> Loc {
@@ -308,6 +319,10 @@ impl Segments {
             set32(&self.meta(seg).head, start);
         }
         set32(&self.meta(start).run_len, len as u32);
+        // The run's writer holds no shard lock, so no odd count orders its writes after the
+        // freeing shard's: this fence does, for readers still copying from the old items
+        // (see `seqlock`).
+        fence(Release);
     }
 
     /// The shard that owns `seg`, if one does.
@@ -324,6 +339,26 @@ impl Segments {
 
     pub(crate) fn is_pending(&self, seg: u32) -> bool {
         get32(&self.meta(seg).owner) == OWNER_PENDING
+    }
+
+    /// The bytes from `loc` to its segment's end, for a reader without the shard's lock (see
+    /// `seqlock`): they may change while it reads, and `loc` may be stale, so they are only as
+    /// good as the reader's check afterwards. `None` when `loc` is no place in a segment.
+    #[inline(always)]
+    pub(crate) fn tail_racy(&self, loc: Loc) -> Option<&[u8]> {
+        let (seg, off) = (loc.seg as usize, loc.off as usize);
+        if seg >= self.metas.len() || off >= self.size() {
+            return None;
+        }
+        // SAFETY: inside segment `seg` (checked), so inside the heap, mapped while `self`
+        // lives. Writers may change the bytes meanwhile: the seqlock's reads, whose argument
+        // `seqlock`'s module comment gives.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.heap.address((seg << self.shift) + off),
+                self.size() - off,
+            )
+        })
     }
 
     /// Where the item at `loc` is, for a prefetch (see [`Heap::address`]): no segment

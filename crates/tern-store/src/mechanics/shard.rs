@@ -1,13 +1,19 @@
-//! A shard: what its lock guards (index, TTL chains, counters, freed segments), and the plain
+//! A shard: what its lock guards (index, TTL chains, counters, freed segments), the lock with
+//! its sequence count for optimistic readers (see `seqlock`), and the plain
 //! values its steps pass around (an item found, what linking one counts, a version to write).
 //! The steps themselves work on a `Store` and live in `store/shard.rs`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU32;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::counters::Counters;
 use super::index::Index;
+use super::index_hints::Hint;
 use super::item::{self, Header};
 use super::segments::{Loc, Owner, NO_SEGMENT};
+use super::seqlock::SeqCount;
 use super::ttl::GROUPS;
 
 pub(crate) struct Shard {
@@ -32,10 +38,11 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(id: u32, rng_seed: u64) -> Shard {
+    /// Shard `id`, whose index may grow to `max_index_bytes`.
+    pub(crate) fn new(id: u32, rng_seed: u64, max_index_bytes: usize) -> Shard {
         Shard {
             owner: Owner::new(id),
-            index: Index::new(),
+            index: Index::new(max_index_bytes),
             chains: std::array::from_fn(|_| VecDeque::new()),
             active: [NO_SEGMENT; GROUPS],
             flush_seq: 0,
@@ -45,6 +52,93 @@ impl Shard {
             churn: 0,
             rng: rng_seed,
         }
+    }
+}
+
+/// A shard behind its lock, with what optimistic readers check instead of taking it.
+pub(crate) struct ShardLock {
+    shard: Mutex<Shard>,
+    pub(crate) seq: SeqCount,
+    /// Where the shard's index table is, for readers without the lock.
+    pub(crate) hint: Hint,
+    /// The `flush_all` generation the shard has applied (its `flush_seq`), for readers to see
+    /// whether one is due without the lock.
+    pub(crate) flush_applied: AtomicU32,
+}
+
+impl ShardLock {
+    pub(crate) fn new(shard: Shard) -> ShardLock {
+        ShardLock {
+            hint: Hint::of(&shard.index),
+            shard: Mutex::new(shard),
+            seq: SeqCount::new(),
+            flush_applied: AtomicU32::new(0),
+        }
+    }
+
+    /// The shard, exclusively; optimistic readers see the count odd until the guard is dropped.
+    #[inline]
+    pub(crate) fn lock(&self) -> ShardGuard<'_> {
+        let guard = self.shard.lock();
+        let before = self.seq.begin_write();
+        ShardGuard {
+            guard,
+            seq: &self.seq,
+            before,
+        }
+    }
+
+    /// [`ShardLock::lock`] if no one holds the lock now.
+    pub(crate) fn try_lock(&self) -> Option<ShardGuard<'_>> {
+        let guard = self.shard.try_lock()?;
+        let before = self.seq.begin_write();
+        Some(ShardGuard {
+            guard,
+            seq: &self.seq,
+            before,
+        })
+    }
+}
+
+/// A locked shard (see [`ShardLock::lock`]).
+pub(crate) struct ShardGuard<'a> {
+    guard: MutexGuard<'a, Shard>,
+    seq: &'a SeqCount,
+    /// The count before this holder made it odd.
+    before: u64,
+}
+
+impl ShardGuard<'_> {
+    /// For a reader that took the lock after reading without it from count `start`: whether
+    /// no other writer ran in between, so what it read is the shard as it is, and stays so
+    /// while the guard lives (a seqlock read's upgrade).
+    #[inline]
+    pub(crate) fn unchanged_since(&self, start: u64) -> bool {
+        self.before == start
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Before the mutex is unlocked (fields drop after this), so counts never interleave.
+        self.seq.end_write(self.before);
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard;
+
+    #[inline]
+    fn deref(&self) -> &Shard {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.guard
     }
 }
 

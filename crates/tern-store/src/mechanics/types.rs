@@ -61,7 +61,8 @@ pub struct ItemView<'a> {
     /// Fetched before this read since it was stored (meta's `h`).
     pub fetched: bool,
     /// Last access before this read, in unix seconds; coarse: exact for 32 s after the
-    /// item's segment was opened, then within 25% of the segment's age (meta's `l`).
+    /// item's segment was opened, then within 25% of the segment's age, and a plain get renews
+    /// it only once it is a minute old, as memcached does (meta's `l`).
     pub last_access: UnixSecs,
     /// Marked stale by `Store::invalidate` (meta's `X`).
     pub stale: bool,

@@ -33,12 +33,22 @@ impl Store {
     fn apply_flush(&self, sh: &mut Shard, key: Option<&Key>, seq: u32) -> Result<(), Miss> {
         let had_key = key.is_some_and(|&key| self.lookup(sh, key).is_some());
         self.clear_shard(sh);
-        sh.flush_seq = seq;
+        self.set_flush_applied(sh, seq);
         if had_key {
             Err(Miss::Flushed)
         } else {
             Ok(())
         }
+    }
+
+    /// Records that `sh` has applied `flush_all` generation `seq`, for readers with and without
+    /// its lock.
+    pub(crate) fn set_flush_applied(&self, sh: &mut Shard, seq: u32) {
+        sh.flush_seq = seq;
+        self.shards[sh.owner.id() as usize]
+            .0
+            .flush_applied
+            .store(seq, Relaxed);
     }
 
     fn clear_shard(&self, sh: &mut Shard) {
@@ -51,7 +61,7 @@ impl Store {
         }
         let old = sh.index.bytes();
         sh.index.clear();
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.recharge_index(old, sh.index.bytes());
         sh.churn += 1;
         let c = &mut sh.counters;

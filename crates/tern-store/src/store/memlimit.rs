@@ -125,12 +125,15 @@ impl Store {
             if !sh.index.needs_room() {
                 return true;
             }
+            if !sh.index.can_grow() {
+                return false;
+            }
             let grown = sh.index.grown_bytes();
             if self.pool().charge_index(grown) {
                 self.discard_excess_warm();
                 let old = sh.index.bytes();
                 sh.index.grow();
-                self.index_hints.refresh(sh);
+                self.refresh_hint(sh);
                 self.pool().uncharge_index(old);
                 return true;
             }
@@ -153,7 +156,7 @@ impl Store {
         self.pool().charge_index_anyway(sh.index.shrunk_bytes());
         let old = sh.index.bytes();
         sh.index.shrink();
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.pool().uncharge_index(old);
     }
 

@@ -18,10 +18,9 @@ use crate::mechanics::error::StoreError;
 use crate::mechanics::flush_mark::Flush;
 use crate::mechanics::hash_seeds;
 use crate::mechanics::heap::{Heap, PageKind};
-use crate::mechanics::index_hints::IndexHints;
 use crate::mechanics::pool::Pool;
 use crate::mechanics::segments::Segments;
-use crate::mechanics::shard::{Padded, Shard};
+use crate::mechanics::shard::{Padded, Shard, ShardLock};
 use crate::mechanics::types::EvictedItem;
 
 pub(crate) mod dump;
@@ -45,9 +44,8 @@ pub struct Store {
     pub(crate) hasher: ahash::RandomState,
     /// The seeds `hasher` was made from, saved with a memory file (`persist`).
     pub(crate) seeds: [u64; 4],
-    pub(crate) shards: Box<[Padded<Mutex<Shard>>]>,
-    /// Where each shard's index table is, for read-ahead without its lock.
-    pub(crate) index_hints: IndexHints,
+    /// Each shard behind its lock, which reads skip (see `mechanics/seqlock.rs`).
+    pub(crate) shards: Box<[Padded<ShardLock>]>,
     pub(crate) segs: Segments,
     pub(crate) pool: Mutex<Pool>,
     pub(crate) flush: Flush,
@@ -89,8 +87,24 @@ impl Store {
         hasher: ahash::RandomState,
         seeds: [u64; 4],
     ) -> Store {
+        // The heap as large as `cache_memlimit` may grow it: the tables' ranges are reserved
+        // once, so they must fit the index of the largest heap, not of the starting one.
+        let heap_bytes = geometry.reserved << geometry.segment_shift;
+        // A shard's index holds its share of the items, about 1/shards of them with hashed
+        // keys: room for four times that (1 MiB at least, the whole heap at most) is far from
+        // ever limiting it, and keeps the address space the tables reserve (twice this per
+        // shard, see `index::Regions`) within a few times the heap.
+        let max_index_bytes = (4 * heap_bytes / geometry.shards)
+            .max(1 << 20)
+            .min(heap_bytes.max(1 << 16));
         let shards: Box<[_]> = (0..geometry.shards)
-            .map(|id| Padded(Mutex::new(Shard::new(id as u32, hasher.hash_one(id) | 1))))
+            .map(|id| {
+                Padded(ShardLock::new(Shard::new(
+                    id as u32,
+                    hasher.hash_one(id) | 1,
+                    max_index_bytes,
+                )))
+            })
             .collect();
         let mut pool = Pool::new(geometry.segments, 1 << geometry.segment_shift);
         pool.charge_index_anyway(shards.iter().map(|s| s.0.lock().index.bytes()).sum());
@@ -111,7 +125,6 @@ impl Store {
             clock,
             hasher,
             seeds,
-            index_hints: IndexHints::new(&shards),
             shards,
         }
     }

@@ -430,7 +430,7 @@ impl Store {
         let state = &saved.shard_states[id];
         let mut guard = self.lock(id);
         let sh = &mut *guard;
-        sh.flush_seq = state.flush_seq;
+        self.set_flush_applied(sh, state.flush_seq);
         let is_own_head = |seg: u32| {
             (seg as usize) < saved.segs.len()
                 && self.segs.owner_shard(seg) == Some(id)
@@ -466,7 +466,7 @@ impl Store {
         let old = sh.index.bytes();
         self.charge_restored_index(sh.index.reserved_bytes(state.live.len()));
         sh.index.reserve(state.live.len());
-        self.index_hints.refresh(sh);
+        self.refresh_hint(sh);
         self.pool().uncharge_index(old);
         for &packed in &state.live {
             if packed >> OFFSET_BITS == 0 {

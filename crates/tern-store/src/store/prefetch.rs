@@ -36,14 +36,14 @@ impl Store {
     /// shard's hint without a lock.
     #[inline]
     pub fn prefetch_bucket(&self, key: HashedKey<'_>) {
-        let hint = &self.index_hints.0[key.shard];
+        let hint = &self.shards[key.shard].0.hint;
         // Every hint names a table: they are set when the store is made.
         let home = index::home_bucket(key.key.tag, hint.buckets.load(Ordering::Relaxed));
         let table = hint.table.load(Ordering::Relaxed);
         prefetch_line(table.wrapping_add(home * BUCKET_STRIDE));
     }
 
-    /// Read-ahead's second stage, once the buckets are on their way: shard lock by shard lock,
+    /// Read-ahead's second stage, once the buckets are on their way: without the shards' locks,
     /// starts loading the first 256 bytes of the item each key's home bucket holds under the
     /// key's tag (not checked against the key: a tag collision only loads useless lines), and
     /// notes that slot in the key for the read that follows to try first. It pays for a store
@@ -55,10 +55,18 @@ impl Store {
         keys: impl IntoIterator<Item = &'a mut HashedKey<'k>>,
     ) {
         for key in keys {
-            let home = self.lock(key.shard).index.home_slot(key.key.tag);
+            let hint = &self.shards[key.shard].0.hint;
+            let (table, n) = (
+                hint.table.load(Ordering::Relaxed),
+                hint.buckets.load(Ordering::Relaxed),
+            );
+            // SAFETY: a hint of this live store.
+            let home = unsafe { index::home_slot_racy(table, n, key.key.tag) };
+            // A slot read while a writer changes the table is only a hint, checked by the read.
             if let Some((slot, packed)) = home {
+                let loc = Loc::unpack_racy(packed);
                 key.slot_hint = slot;
-                let item = self.segs.address(Loc::unpack(packed));
+                let item = self.segs.address(loc);
                 for line in 0..ITEM_LINES {
                     prefetch_line(item.wrapping_add(line * 64));
                 }
@@ -104,7 +112,8 @@ mod tests {
     /// Read-ahead trusts each shard's hint to name its index table as it is now: the hints
     /// follow the tables through every rebuild (growth and a flush here).
     fn assert_hints_follow_the_index(store: &Store) {
-        for (shard, hint) in store.index_hints.0.iter().enumerate() {
+        for (shard, cell) in store.shards.iter().enumerate() {
+            let hint = &cell.0.hint;
             let guard = store.lock(shard);
             let (table, buckets) = guard.index.table();
             assert_eq!(hint.table.load(Ordering::Relaxed).cast_const(), table);

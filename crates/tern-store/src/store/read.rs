@@ -1,23 +1,218 @@
-//! Reads: get, get-and-touch, touch and the meta protocol's marked reads, all one path that
-//! hands a borrowed view of the item to the caller's closure under the shard's lock.
+//! Reads: get, get-and-touch, touch and the meta protocol's marked reads. A plain get reads
+//! without the shard's lock (optimistic: see `mechanics/seqlock.rs`), handing the item in place
+//! to the caller's reader and then checking the shard's sequence count (a failed check undoes
+//! what the reader wrote: `Sink`); the rest, and a get that must write (the first read
+//! of an item, an expired one) or keeps failing its check, take one path that hands a borrowed
+//! view of the item to the caller's closure under the lock.
+
+use std::hint::spin_loop;
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::key::{HashedKey, Key, ReadKey};
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::index;
 use crate::mechanics::item::{self, Header};
 use crate::mechanics::segments::{get32, Loc};
-use crate::mechanics::shard::{Shard, Version};
+use crate::mechanics::shard::{Shard, ShardLock, Version};
 use crate::mechanics::ttl::raise_max_expiry;
 use crate::mechanics::types::{CasSource, Expiry, ItemView, Marks, Miss};
 
+/// Reads without the lock a get tries before it takes the lock (a writer holds it briefly).
+const TRIES: usize = 4;
+/// Seconds a plain get leaves an item's access time as it is, as memcached's
+/// `ITEM_UPDATE_INTERVAL`: renewing it takes the lock and dirties the item's line.
+const ACCESS_INTERVAL: u32 = 60;
+
+/// Where a get's reader writes, so that a read of a state a writer changed meanwhile can be
+/// undone: the store marks it before the reader runs and rolls it back to the mark when its
+/// check fails, so no caller can keep bytes from a torn read.
+pub(crate) trait Sink {
+    fn mark(&self) -> usize;
+    fn undo(&mut self, mark: usize);
+}
+
+impl Sink for Vec<u8> {
+    #[inline(always)]
+    fn mark(&self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn undo(&mut self, mark: usize) {
+        self.truncate(mark);
+    }
+}
+
+/// A reader that only returns a value: nothing to undo.
+impl Sink for () {
+    #[inline(always)]
+    fn mark(&self) -> usize {
+        0
+    }
+
+    #[inline(always)]
+    fn undo(&mut self, _: usize) {}
+}
+
+/// What a get without the lock came to, before its check.
+enum Racy<'a, R> {
+    Hit(R),
+    NotFound,
+    /// The item (at, header, its bytes on, its segment's opening time) as read, which must be
+    /// marked read: under the lock, if no writer came since.
+    Bump(Loc, Header, &'a [u8], UnixSecs),
+    /// Read it under the lock: it must change, or is of an item this path does not read.
+    Locked,
+}
+
 impl Store {
-    /// Looks `key` up and hands the item to `read`.
+    /// Looks `key` up and hands the item to `read`, whose result it returns. Writes nothing
+    /// another thread reads in the common case: the item is read in place without the shard's
+    /// lock (see `mechanics/seqlock.rs`), so `read` may be run on a state a writer was changing
+    /// and its result dropped, then run again: it can only return (`Fn`).
+    #[inline]
     pub fn get<'k, R>(
         &self,
         key: impl ReadKey<'k>,
-        read: impl FnOnce(ItemView<'_>) -> R,
+        read: impl Fn(ItemView<'_>) -> R,
     ) -> Result<R, Miss> {
-        self.read_unmarked(key, None, read)
+        self.get_in(key, &mut (), |item, _| read(item))
+    }
+
+    /// [`Store::get`] for a reader that writes its reply into `out` (the server's encoders):
+    /// what a read of a torn state wrote is cut off `out` again before `read` runs anew.
+    #[inline]
+    pub fn get_into<'k, R>(
+        &self,
+        key: impl ReadKey<'k>,
+        out: &mut Vec<u8>,
+        read: impl Fn(ItemView<'_>, &mut Vec<u8>) -> R,
+    ) -> Result<R, Miss> {
+        self.get_in(key, out, read)
+    }
+
+    /// A get: a few tries without the shard's lock, each checked against its sequence count
+    /// (see `mechanics/seqlock.rs`), then under the lock.
+    #[inline(always)]
+    fn get_in<'k, S: Sink, R>(
+        &self,
+        key: impl ReadKey<'k>,
+        out: &mut S,
+        read: impl Fn(ItemView<'_>, &mut S) -> R,
+    ) -> Result<R, Miss> {
+        let key = key.hashed(self);
+        let cell = &self.shards[key.shard].0;
+        let now = self.clock.now();
+        for _ in 0..TRIES {
+            let Some(start) = cell.seq.begin_read() else {
+                spin_loop();
+                continue;
+            };
+            let mark = out.mark();
+            let racy = self.read_racy(key, cell, now, out, &read);
+            match racy {
+                // Both decided before `read` ran: nothing to undo.
+                Racy::Locked => break,
+                Racy::Bump(loc, h, item, created) => {
+                    let mut guard = cell.lock();
+                    if !guard.unchanged_since(start) {
+                        break;
+                    }
+                    // No writer since `start`: what was read is the item as it is, and the
+                    // lock keeps it so (the upgrade of a seqlock read).
+                    let (view, marks) = self.view(loc, h, item, created);
+                    let result = read(view, out);
+                    self.save_marks::<true>(&mut guard, loc, h, marks, created, now);
+                    return Ok(result);
+                }
+                _ => {}
+            }
+            if cell.seq.validate(start) {
+                return match racy {
+                    Racy::Hit(r) => Ok(r),
+                    _ => Err(Miss::NotFound),
+                };
+            }
+            out.undo(mark);
+        }
+        self.read_unmarked(key, None, |item| read(item, out))
+    }
+
+    /// One get without the shard's lock: probes the live index table, hands the item in place to
+    /// `read`. Everything read may be a state a writer is changing (the caller's check decides),
+    /// so every offset is checked before use (`index::find_racy`, `Segments::tail_racy`,
+    /// `item::has_key`), and a value is at most a segment. Leaves to the locked path what must
+    /// write: the first read of an item (its fetched and recently-read marks), an access time
+    /// older than `ACCESS_INTERVAL`, an expired item, a `flush_all` come due; and an item larger than a segment.
+    #[inline(always)]
+    fn read_racy<'s, S, R>(
+        &'s self,
+        key: HashedKey<'_>,
+        cell: &ShardLock,
+        now: UnixSecs,
+        out: &mut S,
+        read: &impl Fn(ItemView<'_>, &mut S) -> R,
+    ) -> Racy<'s, R> {
+        if self
+            .flush
+            .due(cell.flush_applied.load(Relaxed), now)
+            .is_some()
+        {
+            return Racy::Locked;
+        }
+        let hint = &cell.hint;
+        let (table, n) = (hint.table.load(Relaxed), hint.buckets.load(Relaxed));
+        // SAFETY: a hint of this store, which lives.
+        let found = unsafe {
+            index::find_racy(table, n, key.key.tag, key.slot_hint, |packed| {
+                let loc = Loc::unpack_racy(packed);
+                let Some(bytes) = self.segs.tail_racy(loc) else {
+                    return Some(None);
+                };
+                item::has_key(bytes, key.key.bytes).then_some(Some((loc, bytes)))
+            })
+        };
+        let (loc, bytes) = match found {
+            None => return Racy::NotFound,
+            Some(None) => return Racy::Locked,
+            Some(Some(found)) => found,
+        };
+        // `has_key` saw the header and key inside `bytes`.
+        let h = item::parse(bytes);
+        let Some(item) = bytes.get(..h.size()) else {
+            return Racy::Locked;
+        };
+        let created = get32(&self.segs.meta(loc.seg).created);
+        let bumped = item::FETCHED | item::REFERENCED;
+        // An access time up to `ACCESS_INTERVAL` old is left as it is (memcached's
+        // ITEM_UPDATE_INTERVAL); an older one is renewed under the lock. Ages are coded
+        // monotonically, so a code no smaller than that of the interval's start is recent.
+        let renew_before = now.saturating_sub(ACCESS_INTERVAL).saturating_sub(created);
+        if h.is_expired_at(now) {
+            return Racy::Locked;
+        }
+        if h.bits & bumped != bumped || h.access < item::encode_age(renew_before) {
+            return Racy::Bump(loc, h, item, created);
+        }
+        Racy::Hit(read(
+            ItemView {
+                value: &item[h.value_range()],
+                flags: h.flags,
+                // Read from the segment only if `read` asks, before the check.
+                cas: CasSource {
+                    segs: &self.segs,
+                    loc,
+                    kept: h.cas,
+                },
+                expiry: Expiry(h.expiry),
+                fetched: true,
+                last_access: created.wrapping_add(item::decode_age(h.access)),
+                stale: h.has(item::STALE),
+                win_sent: h.has(item::WIN_SENT),
+            },
+            out,
+        ))
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -110,28 +305,56 @@ impl Store {
             }
         };
         let created = get32(&self.segs.meta(loc.seg).created);
-        let mut marks = Marks {
+        let (view, mut marks) = self.view(loc, h, item, created);
+        // The reader cannot keep the borrowed view: it ends with this function.
+        let result = read(view, &mut marks);
+        self.save_marks::<BUMP>(sh, loc, h, marks, created, now);
+        Ok(result)
+    }
+
+    /// A locked read's view of the item at `loc` (header `h`, bytes from `item` on, its segment
+    /// opened at `created`), with its marks for the reader to change.
+    #[inline(always)]
+    fn view<'a>(
+        &'a self,
+        loc: Loc,
+        h: Header,
+        item: &'a [u8],
+        created: UnixSecs,
+    ) -> (ItemView<'a>, Marks) {
+        let view = ItemView {
+            value: &item[h.value_range()],
+            flags: h.flags,
+            cas: CasSource {
+                segs: &self.segs,
+                loc,
+                kept: h.cas,
+            },
+            expiry: Expiry(h.expiry),
+            fetched: h.has(item::FETCHED),
+            last_access: created + item::decode_age(h.access),
             stale: h.has(item::STALE),
             win_sent: h.has(item::WIN_SENT),
         };
-        // The reader cannot keep the borrowed view: it ends with this function.
-        let result = read(
-            ItemView {
-                value: &item[h.value_range()],
-                flags: h.flags,
-                cas: CasSource {
-                    segs: &self.segs,
-                    loc,
-                    kept: h.cas,
-                },
-                expiry: Expiry(h.expiry),
-                fetched: h.has(item::FETCHED),
-                last_access: created + item::decode_age(h.access),
-                stale: marks.stale,
-                win_sent: marks.win_sent,
-            },
-            &mut marks,
-        );
+        let marks = Marks {
+            stale: view.stale,
+            win_sent: view.win_sent,
+        };
+        (view, marks)
+    }
+
+    /// The end of a locked read: saves the marks its reader left, and with `BUMP` the fetched
+    /// and recently-read marks and the access time, writing only what changes.
+    #[inline(always)]
+    fn save_marks<const BUMP: bool>(
+        &self,
+        sh: &mut Shard,
+        loc: Loc,
+        h: Header,
+        marks: Marks,
+        created: UnixSecs,
+        now: UnixSecs,
+    ) {
         let mark = |on: bool, bit: u8| if on { bit } else { 0 };
         let bump = if BUMP {
             item::FETCHED | item::REFERENCED
@@ -152,7 +375,6 @@ impl Store {
             item::set_bits(item, set, clear);
             item::set_access(item, access);
         }
-        Ok(result)
     }
 
     /// Gives an item a new deadline: in place when it has an expiry field, else by rewriting it

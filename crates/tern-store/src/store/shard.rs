@@ -1,15 +1,13 @@
 //! The steps every command is made of, each on one shard under its lock: find an item, link
 //! or unlink one, reserve room for one, rewrite one.
 
-use parking_lot::MutexGuard;
-
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
 use crate::mechanics::index::NO_SLOT;
 use crate::mechanics::item;
 use crate::mechanics::segments::{get32, set32, Loc, NO_SEGMENT};
-use crate::mechanics::shard::{Cause, Footprint, Found, Replaced, Shard, Version};
+use crate::mechanics::shard::{Cause, Footprint, Found, Replaced, Shard, ShardGuard, Version};
 use crate::mechanics::ttl::{group_of, raise_max_expiry};
 use crate::mechanics::types::{EvictedItem, Expiry, Miss, Refused};
 
@@ -19,8 +17,16 @@ const GROWTH_ROOM: usize = 16;
 
 impl Store {
     #[inline]
-    pub(crate) fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+    pub(crate) fn lock(&self, shard: usize) -> ShardGuard<'_> {
         self.shards[shard].0.lock()
+    }
+
+    /// Records where `sh`'s index table is now, after a rebuild (under its lock).
+    pub(crate) fn refresh_hint(&self, sh: &Shard) {
+        self.shards[sh.owner.id() as usize]
+            .0
+            .hint
+            .refresh(&sh.index);
     }
 
     /// The item `key` maps to in this shard, expired or not.

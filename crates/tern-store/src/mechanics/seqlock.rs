@@ -1,0 +1,224 @@
+//! Reads without the shard lock: a sequence count per shard (a seqlock), so that a get writes
+//! no cache line another thread uses.
+//!
+//! # The protocol
+//!
+//! Every holder of a shard's lock makes the shard's count odd when it takes the lock and even
+//! again when it lets go (`ShardLock::lock`, `ShardGuard`): each change to the shard's
+//! index, its segments' bytes and their bookkeeping is made between the two. A get
+//! (`store/read.rs`) reads the count ([`SeqCount::begin_read`]: even, else it tries again),
+//! probes the live index table, hands the item's bytes in place to the caller's reader (which
+//! copies the value into its reply), and reads the count again ([`SeqCount::validate`]): the
+//! same value means no lock holder ran in between, so what the reader saw is one state of the
+//! shard; any other value and what the reader wrote is cut off its output (`Sink::undo`), its
+//! result dropped, and the get tried again (four times, then under the lock). Readers are
+//! `Fn`: besides that output, they can only return a value.
+//!
+//! A get that must write (an item's first read marks it fetched; an access time a minute old
+//! is renewed) takes the lock after its read: if the count its `begin_write` found is the one
+//! the read started from (`ShardGuard::unchanged_since`), no writer
+//! ran in between, so what it read is the shard as it is, and the lock keeps it so; otherwise
+//! it looks the key up again under the lock.
+//!
+//! # Memory ordering
+//!
+//! Writer: `seq = s + 1` (relaxed), `fence(Release)`, the changes, `seq = s + 2` (release).
+//! Reader: `s1 = seq` (acquire), the reads, `fence(Acquire)`, `s2 = seq` (relaxed). On x86 each
+//! is a plain `mov`; the fences only stop the compiler.
+//!
+//! - If a reader's read saw a change made after a writer's release fence, its acquire fence
+//!   synchronises with that fence, so the writer's odd store happens before the reader's
+//!   second load: `s2 != s1` (the count only grows), and the read is rejected.
+//! - If `s1` came from a writer's closing store (release, acquire), everything that writer
+//!   changed happens before the reader's reads: a read with `s1 == s2` saw the state the last
+//!   writer left, and no part of a later one. That includes where the table is
+//!   (`ShardLock::hint`, stored relaxed inside the writer's odd section, loaded relaxed after `s1`).
+//! - An upgrade: the lock's acquire orders everything before the last unlock before the
+//!   upgrader; `before == s1` means that unlock was the one `s1` came from.
+//! - A segment that this shard frees may be reused by another shard, or by a large write
+//!   holding no shard lock, while a reader still reads it. Those writes follow the freeing
+//!   shard's odd store (through the pool lock) and a release fence of their own (the new
+//!   owner's odd store, or `Segments::mark_pending_run`'s fence), so the first point applies.
+//!
+//! The reader's loads of index slots, overflow counts and item bytes are plain loads through
+//! raw pointers (the bucket's tags compared in SSE registers, each slot read once), racing the
+//! writer's plain stores. The language's memory model calls such a race undefined; it is the
+//! seqlock idiom, and nothing read is acted on before the check beyond bounds-checked
+//! arithmetic and the reader's copy. The reader is shown `&[u8]` into bytes that may change
+//! under it: it must read each byte once and must not panic on any value (the server's
+//! encoders copy the value and format numbers).
+//!
+//! `loom` checks the protocol (`tests::loom_*`: a reader never accepts half of one write and
+//! half of another; an upgrade with an unchanged count holds the current state);
+//! `tests/optimistic_reads.rs` checks the whole store under eviction, and fails when the check
+//! or the undo is broken.
+//!
+//! # Memory a reader touches
+//!
+//! - Item bytes lie in the heap, one mapping for the store's life: a reader may read a segment
+//!   freed, reused, or handed back to the OS (zero pages) meanwhile, never unmapped memory.
+//!   A location must name a segment and an offset inside it, the header and key must lie in
+//!   the rest of that segment (`item::has_key`), and so must the whole item (a larger one is
+//!   read under the lock): no read leaves the mapping, and a reader is never shown a value
+//!   longer than a segment, whatever it read.
+//! - Index tables lie in two address ranges per shard, reserved for the store's life
+//!   (`index::Regions`): a rebuild writes the one not in use, switches, and gives the old
+//!   one's pages back (`madvise(MADV_DONTNEED)`); no table has more buckets than a range
+//!   holds, so any table address and bucket count a reader loads, even from two different
+//!   tables, stays inside mapped memory: a late reader reads the old table, zeros or a newer
+//!   table, and its check rejects it. No epoch, no pin: a get costs no write to shared memory.
+
+#[cfg(loom)]
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// A shard's sequence count: odd while a lock holder may be changing the shard.
+pub(crate) struct SeqCount(AtomicU64);
+
+impl SeqCount {
+    pub(crate) fn new() -> SeqCount {
+        SeqCount(AtomicU64::new(0))
+    }
+
+    /// A writer, holding the lock (so the only one), starts changing the shard; returns the
+    /// count it found, which [`SeqCount::end_write`] and [`SeqCount::unchanged_since`] take.
+    #[inline]
+    pub(crate) fn begin_write(&self) -> u64 {
+        let s = self.0.load(Ordering::Relaxed);
+        self.0.store(s + 1, Ordering::Relaxed);
+        // Orders the odd count before every change that follows (see the module's argument).
+        fence(Ordering::Release);
+        s
+    }
+
+    /// The writer whose `begin_write` found `before` is done: what it changed is published
+    /// with the even count.
+    #[inline]
+    pub(crate) fn end_write(&self, before: u64) {
+        self.0.store(before + 2, Ordering::Release);
+    }
+
+    /// The count a read starts from, or `None` while a writer is at work.
+    #[inline]
+    pub(crate) fn begin_read(&self) -> Option<u64> {
+        let s = self.0.load(Ordering::Acquire);
+        (s & 1 == 0).then_some(s)
+    }
+
+    /// Whether no writer ran since `begin_read` gave `start`: the reads in between saw one
+    /// state of the shard.
+    #[inline]
+    pub(crate) fn validate(&self, start: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.0.load(Ordering::Relaxed) == start
+    }
+}
+
+#[cfg(all(test, loom))]
+mod tests {
+    use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+
+    use super::SeqCount;
+
+    /// A value of two words that a writer stores one at a time: a reader that accepts a copy
+    /// must see both words of one write.
+    struct Guarded {
+        seq: SeqCount,
+        words: [AtomicU64; 2],
+    }
+
+    impl Guarded {
+        fn write(&self, v: u64) {
+            let before = self.seq.begin_write();
+            self.words[0].store(v, Relaxed);
+            self.words[1].store(v, Relaxed);
+            self.seq.end_write(before);
+        }
+
+        fn read(&self) -> Option<[u64; 2]> {
+            let start = self.seq.begin_read()?;
+            let copy = [self.words[0].load(Relaxed), self.words[1].load(Relaxed)];
+            self.seq.validate(start).then_some(copy)
+        }
+    }
+
+    #[test]
+    fn loom_a_reader_never_accepts_a_torn_value() {
+        loom::model(|| {
+            let g = Arc::new(Guarded {
+                seq: SeqCount::new(),
+                words: [AtomicU64::new(0), AtomicU64::new(0)],
+            });
+            let writer = {
+                let g = g.clone();
+                // Two writes, as a lock would serialise them (one thread).
+                thread::spawn(move || {
+                    g.write(1);
+                    g.write(2);
+                })
+            };
+            if let Some([a, b]) = g.read() {
+                assert_eq!(a, b, "a torn value was accepted");
+            }
+            writer.join().unwrap();
+            assert_eq!(g.read(), Some([2, 2]));
+        });
+    }
+
+    #[test]
+    fn loom_a_read_upgraded_to_the_lock_with_its_count_unchanged_is_current() {
+        loom::model(|| {
+            let g = Arc::new((
+                Guarded {
+                    seq: SeqCount::new(),
+                    words: [AtomicU64::new(0), AtomicU64::new(0)],
+                },
+                Mutex::new(()),
+            ));
+            let writer = {
+                let g = g.clone();
+                thread::spawn(move || {
+                    let _locked = g.1.lock().unwrap();
+                    g.0.write(1);
+                })
+            };
+            if let Some(start) = g.0.seq.begin_read() {
+                let copy = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                let _locked = g.1.lock().unwrap();
+                let before = g.0.seq.begin_write();
+                // `ShardGuard::unchanged_since`: what was read is what the lock now guards.
+                if before == start {
+                    let now = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                    assert_eq!(copy, now, "an upgrade kept a stale read");
+                }
+                g.0.seq.end_write(before);
+            }
+            writer.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn loom_a_reader_sees_no_write_older_than_the_count_it_started_from() {
+        loom::model(|| {
+            let g = Arc::new(Guarded {
+                seq: SeqCount::new(),
+                words: [AtomicU64::new(0), AtomicU64::new(0)],
+            });
+            let writer = {
+                let g = g.clone();
+                thread::spawn(move || g.write(1))
+            };
+            // A count of 2 means the write is complete: the copy must be all of it.
+            if let Some(start) = g.seq.begin_read() {
+                let copy = [g.words[0].load(Relaxed), g.words[1].load(Relaxed)];
+                if g.seq.validate(start) && start == 2 {
+                    assert_eq!(copy, [1, 1]);
+                }
+            }
+            writer.join().unwrap();
+        });
+    }
+}
