@@ -16,7 +16,9 @@
 //! lock that keeps it free meanwhile.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    fence, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release,
+};
 
 use super::clock::UnixSecs;
 use super::heap::{GrowError, Heap, PageKind};
