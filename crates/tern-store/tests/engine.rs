@@ -49,7 +49,9 @@ fn eviction_keeps_every_surviving_value_whole() {
             let len = 16 + (i as usize * 7) % 300;
             set(&s, &i.to_le_bytes(), &stamped(i, 0, len));
             if i % 3 == 0 {
-                let _ = s.get(&(i / 2).to_le_bytes(), |it| verify(i / 2, it.value));
+                let _ = s
+                    .get(&(i / 2).to_le_bytes(), |it| it.value.to_vec())
+                    .map(|v| verify(i / 2, &v));
             }
         }
         let st = s.stats();
@@ -57,7 +59,10 @@ fn eviction_keeps_every_surviving_value_whole() {
         assert!(st.heap_used <= 256 << 10);
         let mut present = 0;
         for i in 0..20_000u32 {
-            if s.get(&i.to_le_bytes(), |it| verify(i, it.value)).is_ok() {
+            if s.get(&i.to_le_bytes(), |it| it.value.to_vec())
+                .map(|v| verify(i, &v))
+                .is_ok()
+            {
                 present += 1;
             }
         }
@@ -160,7 +165,9 @@ fn no_eviction_answers_out_of_memory_and_keeps_old_items() {
     assert!(refused);
     assert_eq!(s.stats().evictions, 0);
     for i in stored {
-        s.get(&i.to_le_bytes(), |it| verify(i, it.value)).unwrap();
+        s.get(&i.to_le_bytes(), |it| it.value.to_vec())
+            .map(|v| verify(i, &v))
+            .unwrap();
     }
 }
 
@@ -192,7 +199,9 @@ fn large_items_use_runs_of_the_same_heap() {
         ));
     }
     for i in 0..200u32 {
-        let _ = s.get(&i.to_le_bytes(), |it| verify(i, it.value));
+        let _ = s
+            .get(&i.to_le_bytes(), |it| it.value.to_vec())
+            .map(|v| verify(i, &v));
     }
     assert!(s.stats().heap_used <= 8 << 20);
     // Append across the boundary into a run, touch and incr on a run.
@@ -436,7 +445,7 @@ fn stress(eviction: Eviction, threads: u32, ops: u32) {
                     let k = key.to_le_bytes();
                     match x >> 60 {
                         0..=6 => {
-                            let _ = s.get(&k, |it| verify(key, it.value));
+                            let _ = s.get(&k, |it| it.value.to_vec()).map(|v| verify(key, &v));
                         }
                         7..=11 => {
                             let len = if x % 97 == 0 {
@@ -463,7 +472,9 @@ fn stress(eviction: Eviction, threads: u32, ops: u32) {
                             );
                         }
                         _ => {
-                            let _ = s.get(b"hot", |it| verify(u32::MAX, it.value));
+                            let _ = s
+                                .get(b"hot", |it| it.value.to_vec())
+                                .map(|v| verify(u32::MAX, &v));
                         }
                     }
                 }
@@ -524,7 +535,8 @@ fn index_grows_under_concurrent_load() {
                 for (i, seen) in seen.iter_mut().enumerate() {
                     let key = i as u32;
                     let found = s
-                        .get(&key.to_le_bytes(), |it| verify(key, it.value))
+                        .get(&key.to_le_bytes(), |it| it.value.to_vec())
+                        .map(|v| verify(key, &v))
                         .is_ok();
                     assert!(found || !*seen, "key {key} lost during index growth");
                     *seen |= found;
@@ -542,7 +554,8 @@ fn index_grows_under_concurrent_load() {
     for t in 0..2u32 {
         for i in 0..60_000u32 {
             let key = t << 24 | i;
-            s.get(&key.to_le_bytes(), |it| verify(key, it.value))
+            s.get(&key.to_le_bytes(), |it| it.value.to_vec())
+                .map(|v| verify(key, &v))
                 .unwrap();
         }
     }
@@ -561,7 +574,9 @@ fn more_shards_than_segments_still_store_by_evicting_elsewhere() {
             matches!(outcome, StoreOutcome::Stored { .. }),
             "{i}: {outcome:?}"
         );
-        s.get(&i.to_le_bytes(), |it| verify(i, it.value)).unwrap();
+        s.get(&i.to_le_bytes(), |it| it.value.to_vec())
+            .map(|v| verify(i, &v))
+            .unwrap();
     }
     assert!(s.stats().evictions > 0);
     assert!(s.stats().heap_used <= 64 << 10);

@@ -51,7 +51,8 @@ fn fill(s: &Store, keys: Range<u32>, version: u32, limit: usize) {
 /// many were found.
 fn present(s: &Store, keys: Range<u32>) -> u64 {
     keys.filter(|&key| {
-        s.get(&key.to_le_bytes(), |it| verify(key, it.value))
+        s.get(&key.to_le_bytes(), |it| it.value.to_vec())
+            .map(|v| verify(key, &v))
             .is_ok()
     })
     .count() as u64
@@ -281,7 +282,9 @@ fn the_limit_moves_under_concurrent_writes_and_reads_without_a_torn_value() {
                         let len = if x % 64 == 0 { 400_000 } else { value_len(key) };
                         set(&s, &key.to_le_bytes(), &stamped(key, n, len));
                     } else {
-                        let _ = s.get(&key.to_le_bytes(), |it| verify(key, it.value));
+                        let _ = s
+                            .get(&key.to_le_bytes(), |it| it.value.to_vec())
+                            .map(|v| verify(key, &v));
                     }
                     n += 1;
                 }

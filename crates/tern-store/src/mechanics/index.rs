@@ -84,6 +84,9 @@ impl Bucket {
 /// whose count is 0).
 pub(crate) struct Index {
     regions: Regions,
+    /// Regions a raised memory limit outgrew (`widen`): their pages given back, their address
+    /// space kept until the store goes, as a reader without the lock may still be probing them.
+    outgrown: Vec<Regions>,
     /// The region the table is in (0 or 1).
     active: usize,
     /// Buckets in the table.
@@ -114,7 +117,9 @@ impl Index {
     /// An empty table whose rebuilds may grow it to `max_bytes` (at least its first size).
     pub(crate) fn new(max_bytes: usize) -> Index {
         let mut index = Index {
-            regions: Regions::reserve((max_bytes / BUCKET_BYTES).max(MIN_BUCKETS)),
+            regions: Regions::reserve(Self::cap_for(max_bytes))
+                .unwrap_or_else(|e| panic!("reserving address space for an index: {e}")),
+            outgrown: Vec::new(),
             active: 0,
             n: 0,
             len: 0,
@@ -122,6 +127,36 @@ impl Index {
         };
         index.switch(MIN_BUCKETS);
         index
+    }
+
+    fn cap_for(max_bytes: usize) -> usize {
+        (max_bytes / BUCKET_BYTES).max(MIN_BUCKETS)
+    }
+
+    /// Lets rebuilds grow the table to `max_bytes` (a raised memory limit): moves the table into
+    /// new, larger regions if its own are smaller. The caller holds the shard's lock and then
+    /// refreshes its hint.
+    pub(crate) fn widen(&mut self, max_bytes: usize) -> std::io::Result<()> {
+        let cap = Self::cap_for(max_bytes);
+        if cap <= self.regions.cap {
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut self.regions, Regions::reserve(cap)?);
+        let (old_active, old_n) = (self.active, self.n);
+        // `switch` flips to region 0 of the new pair, all zero.
+        self.active = 1;
+        self.switch(old_n);
+        for b in 0..old_n {
+            // SAFETY: bucket `b < old_n` of the table in `old`, which stays mapped (in
+            // `outgrown`); the new table is in another mapping, so nothing written aliases it.
+            let bucket = unsafe { *old.base(old_active).add(b) };
+            for &slot in bucket.0.iter().filter(|&&s| s != 0) {
+                self.place(slot);
+            }
+        }
+        old.release(old_active, old_n);
+        self.outgrown.push(old);
+        Ok(())
     }
 
     /// Makes the other region's `n` buckets (all zero: see `Regions`) the table, leaving the
@@ -446,30 +481,49 @@ unsafe impl Send for Regions {}
 unsafe impl Sync for Regions {}
 
 impl Regions {
-    fn reserve(cap: usize) -> Regions {
+    fn reserve(cap: usize) -> std::io::Result<Regions> {
         let stride = (cap * BUCKET_BYTES).next_multiple_of(page_size());
         let bytes = 2 * stride;
+        let failed = |what: &str| {
+            let e = std::io::Error::last_os_error();
+            std::io::Error::new(
+                e.kind(),
+                format!("reserving {bytes} bytes of address space for an index ({what}): {e}"),
+            )
+        };
         // SAFETY: a new private anonymous mapping; no memory of ours is touched.
         let start = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
+                libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
         };
-        assert!(
-            start != libc::MAP_FAILED,
-            "reserving {bytes} bytes of address space for an index: {}",
-            std::io::Error::last_os_error()
-        );
-        Regions {
+        if start == libc::MAP_FAILED {
+            return Err(failed("mmap"));
+        }
+        // Mapped without access, then unlocked, then opened: under `-k`'s mlockall(MCL_FUTURE)
+        // a readable mapping would be filled page by page at once (all of its reserve), and a
+        // locked one refuses `release`'s MADV_DONTNEED. The tables' pages stay unlocked.
+        // SAFETY: the mapping just made, whole; munlock and mprotect change only its flags.
+        let opened = unsafe {
+            libc::munlock(start, bytes) == 0
+                && libc::mprotect(start, bytes, libc::PROT_READ | libc::PROT_WRITE) == 0
+        };
+        if !opened {
+            let e = failed("munlock, mprotect");
+            // SAFETY: the mapping just made, not yet used.
+            unsafe { libc::munmap(start, bytes) };
+            return Err(e);
+        }
+        Ok(Regions {
             start: start.cast(),
             cap,
             stride,
-        }
+        })
     }
 
     /// The first bucket of region `r` (page-aligned, so bucket-aligned).
@@ -601,6 +655,42 @@ mod tests {
         let old = unsafe { std::slice::from_raw_parts(table, n * BUCKET_BYTES) };
         assert!(old.iter().all(|&b| b == 0));
         assert_eq!((index.len(), index.n), (0, MIN_BUCKETS));
+    }
+
+    #[test]
+    fn widened_regions_keep_every_entry_and_let_the_table_grow_past_the_old_ones() {
+        let mut index = Index::new(100 * BUCKET_BYTES);
+        let tag_of_loc = |loc: u64| ((loc as u32).wrapping_mul(40_503) % (1 << TAG_BITS)) | 1;
+        let mut loc = 0;
+        while index.can_grow() {
+            loc += 1;
+            add(&mut index, tag_of_loc(loc), loc);
+        }
+        let (old_table, old_n) = index.table();
+        index.widen(1000 * BUCKET_BYTES).unwrap();
+        assert!(index.can_grow(), "the new regions leave room");
+        assert_ne!(index.table().0, old_table);
+        // SAFETY: the outgrown region stays mapped (in `outgrown`); its pages were given back.
+        let old = unsafe { std::slice::from_raw_parts(old_table, old_n * BUCKET_BYTES) };
+        assert!(old.iter().all(|&b| b == 0));
+        let before = loc;
+        while index.can_grow() {
+            loc += 1;
+            add(&mut index, tag_of_loc(loc), loc);
+        }
+        assert!(index.n > 100 && loc > 2 * before);
+        for l in 1..=loc {
+            assert!(
+                index
+                    .find(tag_of_loc(l), |at| (at == l).then_some(()))
+                    .is_some(),
+                "entry {l} lost"
+            );
+        }
+        // A smaller limit leaves the regions as they are.
+        let table = index.table();
+        index.widen(10 * BUCKET_BYTES).unwrap();
+        assert_eq!(index.table(), table);
     }
 
     #[test]

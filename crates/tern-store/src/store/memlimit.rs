@@ -79,6 +79,19 @@ impl Store {
         if segments < min {
             return Err(MemoryLimitError::TooSmall { min: min * size });
         }
+        // The index tables' regions first: only address space, and a raise they cannot follow
+        // is refused before the limit moves.
+        let index_bytes = super::max_index_bytes(segments * size, self.shards.len());
+        for shard in 0..self.shards.len() {
+            let mut sh = self.lock(shard);
+            sh.index
+                .widen(index_bytes)
+                .map_err(|e| MemoryLimitError::CannotGrow {
+                    open: self.segs.count() * size,
+                    why: e.to_string(),
+                })?;
+            self.refresh_hint(&sh);
+        }
         let lowered = {
             let mut pool = self.pool();
             self.segs
@@ -91,6 +104,7 @@ impl Store {
             pool.set_limit(segments);
             lowered
         };
+
         self.evict_to_limit();
         if lowered {
             self.discard_free();

@@ -87,16 +87,8 @@ impl Store {
         hasher: ahash::RandomState,
         seeds: [u64; 4],
     ) -> Store {
-        // The heap as large as `cache_memlimit` may grow it: the tables' ranges are reserved
-        // once, so they must fit the index of the largest heap, not of the starting one.
-        let heap_bytes = geometry.reserved << geometry.segment_shift;
-        // A shard's index holds its share of the items, about 1/shards of them with hashed
-        // keys: room for four times that (1 MiB at least, the whole heap at most) is far from
-        // ever limiting it, and keeps the address space the tables reserve (twice this per
-        // shard, see `index::Regions`) within a few times the heap.
-        let max_index_bytes = (4 * heap_bytes / geometry.shards)
-            .max(1 << 20)
-            .min(heap_bytes.max(1 << 16));
+        let max_index_bytes =
+            max_index_bytes(geometry.segments << geometry.segment_shift, geometry.shards);
         let shards: Box<[_]> = (0..geometry.shards)
             .map(|id| {
                 Padded(ShardLock::new(Shard::new(
@@ -158,4 +150,15 @@ impl Store {
     pub(crate) fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock()
     }
+}
+
+/// How large a shard's index table may grow in a heap of `heap_bytes` (its regions' size, see
+/// `index::Regions`). A shard's index holds its share of the items, about 1/shards of them
+/// with hashed keys: room for four times that (1 MiB at least, the whole heap at most) is far
+/// from ever limiting it, and keeps the address space the tables reserve (twice this per
+/// shard) within a few times the heap. A raised memory limit widens them (`Index::widen`).
+pub(crate) fn max_index_bytes(heap_bytes: usize, shards: usize) -> usize {
+    (4 * heap_bytes / shards)
+        .max(1 << 20)
+        .min(heap_bytes.max(1 << 16))
 }

@@ -70,7 +70,9 @@ impl Store {
     /// Looks `key` up and hands the item to `read`, whose result it returns. Writes nothing
     /// another thread reads in the common case: the item is read in place without the shard's
     /// lock (see `mechanics/seqlock.rs`), so `read` may be run on a state a writer was changing
-    /// and its result dropped, then run again: it can only return (`Fn`).
+    /// and its result dropped, then run again: it can only return (`Fn`), and must not panic
+    /// on what it reads (bytes are bounded to the item's segment, not checked): judge the
+    /// returned result, not the view.
     #[inline]
     pub fn get<'k, R>(
         &self,
