@@ -189,6 +189,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if settings.lock_memory {
         process::lock_memory()?;
     }
+    process::return_large_buffers_at_once();
     if let Some(user) = &settings.user {
         process::drop_privileges(user)?;
     }
