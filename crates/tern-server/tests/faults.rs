@@ -36,7 +36,7 @@ fn tern_with_file_limit(
         if let Some(status) = child.try_wait().unwrap() {
             return Err((status, stderr_of(&mut child)));
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if tern_testkit::listening(port) {
             return Ok(ServerProcess { child, port });
         }
         assert!(Instant::now() < deadline, "tern neither started nor exited");

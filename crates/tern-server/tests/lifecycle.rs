@@ -91,9 +91,7 @@ fn daemon_mode_writes_and_removes_the_pidfile() {
         }
     }
     let _reap = Reap(pid);
-    wait_for("the daemon to accept", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    wait_for("the daemon to accept", || tern_testkit::listening(port));
     let mut c = Conn::connect(port);
     c.expect(
         b"set k 0 0 1\r\nx\r\nget k\r\n",
@@ -312,9 +310,7 @@ fn serve_piped(args: &[&str]) -> ServerProcess {
         .spawn()
         .unwrap();
     let server = ServerProcess { child, port };
-    wait_for("the server to accept", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    wait_for("the server to accept", || tern_testkit::listening(port));
     server
 }
 
@@ -472,4 +468,29 @@ fn one_version_everywhere() {
         (status, body.as_str()),
         (200, format!("{version}\n").as_str())
     );
+}
+
+/// The start-up wait (`tern_testkit::listening`) must not take a socket connected to itself for
+/// a server: a connect to a port of the ephemeral range that nothing listens on yet ends that
+/// way when the kernel picks the same port as its local one.
+#[test]
+fn a_socket_connected_to_itself_is_no_server() {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any.into()).unwrap();
+    let itself = socket.local_addr().unwrap();
+    socket
+        .connect(&itself)
+        .expect("a TCP socket connects to its own address (simultaneous open)");
+    let stream: TcpStream = socket.into();
+    assert!(tern_testkit::connected_to_itself(&stream));
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    assert!(!tern_testkit::connected_to_itself(&client));
+    assert!(tern_testkit::listening(port));
+    drop(listener);
+    assert!(!tern_testkit::listening(port));
 }
