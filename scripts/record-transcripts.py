@@ -24,15 +24,11 @@ import subprocess
 import sys
 import time
 
+from servers import free_port
+
 BARRIER, BARRIER_REPLY = b"mn\r\n", b"MN\r\n"
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 TRANSCRIPTS = os.path.join(HERE, "crates", "tern-server", "tests", "transcripts")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def exchange(conn, send):

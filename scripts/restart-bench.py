@@ -18,13 +18,7 @@ import subprocess
 import sys
 import time
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from servers import free_port
 
 
 def connect(port, patience):
