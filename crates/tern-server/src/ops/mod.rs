@@ -367,14 +367,7 @@ impl<'a> Ops<'a> {
     /// outcome) and, for a set (text `set`, binary Set, any meta `ms`), removes the old value so
     /// a failed overwrite never leaves a stale copy readable.
     pub fn too_large(&self, cmd: Cmd, key: &[u8]) {
-        self.record(Cmd::Invalid, Outcome::TooLarge);
-        self.prefix(key, PrefixEvent::Set);
-        if self.shared.watchers.watching(Kind::Mutations) {
-            self.log_store(cmd, key, "too_large", Expiry::NEVER, 0);
-        }
-        if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
-            self.store().delete(key);
-        }
+        self.refused_unread(cmd, key, Outcome::TooLarge);
     }
 
     /// A value refused before its data is read because no read buffer could grow to hold it
@@ -383,10 +376,17 @@ impl<'a> Ops<'a> {
     /// `read_buf_oom` counts the refused buffer.
     pub fn no_buffer_memory(&self, cmd: Cmd, key: &[u8]) {
         self.worker.metrics.read_buf_oom();
-        self.record(Cmd::Invalid, Outcome::NoMemory);
+        self.refused_unread(cmd, key, Outcome::NoMemory);
+    }
+
+    /// What [`Ops::too_large`] and [`Ops::no_buffer_memory`] share: a storage command refused
+    /// before its data is read, recorded as an invalid request with `outcome`, and a set's old
+    /// value removed.
+    fn refused_unread(&self, cmd: Cmd, key: &[u8], outcome: Outcome) {
+        self.record(Cmd::Invalid, outcome);
         self.prefix(key, PrefixEvent::Set);
         if self.shared.watchers.watching(Kind::Mutations) {
-            self.log_store(cmd, key, Outcome::NoMemory.label(), Expiry::NEVER, 0);
+            self.log_store(cmd, key, outcome.label(), Expiry::NEVER, 0);
         }
         if matches!(cmd, Cmd::Set | Cmd::MetaSet) && !key.is_empty() {
             self.store().delete(key);

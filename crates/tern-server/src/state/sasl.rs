@@ -265,16 +265,10 @@ impl SaslConn {
             self.started = false;
             return Outcome::Failed;
         };
-        let Ok(len) = c_uint::try_from(input.len()) else {
+        let Some((data, len)) = client_data(input) else {
             return Outcome::Failed;
         };
         let (mut out, mut outlen): (*const c_char, c_uint) = (ptr::null(), 0);
-        // As memcached: no client data is a null pointer.
-        let data = if input.is_empty() {
-            ptr::null()
-        } else {
-            input.as_ptr().cast()
-        };
         // SAFETY: `self.conn` is live; `mech` is NUL-terminated; `data` is `len` bytes or null
         // with 0; the outputs are valid out-pointers, read before the next call on this conn.
         let result = unsafe {
@@ -289,15 +283,10 @@ impl SaslConn {
         if !self.started {
             return Outcome::Failed;
         }
-        let Ok(len) = c_uint::try_from(input.len()) else {
+        let Some((data, len)) = client_data(input) else {
             return Outcome::Failed;
         };
         let (mut out, mut outlen): (*const c_char, c_uint) = (ptr::null(), 0);
-        let data = if input.is_empty() {
-            ptr::null()
-        } else {
-            input.as_ptr().cast()
-        };
         // SAFETY: as in `start`.
         let result = unsafe { sys::sasl_server_step(self.conn, data, len, &mut out, &mut outlen) };
         outcome(result, out, outlen)
@@ -327,4 +316,16 @@ impl Drop for SaslConn {
         // SAFETY: `self.conn` came from `sasl_server_new` and is disposed of once, here.
         unsafe { sys::sasl_dispose(&mut self.conn) };
     }
+}
+
+/// The client's message as libsasl2 takes it: a pointer and a length, no data being a null
+/// pointer (as memcached passes it); `None` past what a `c_uint` counts.
+fn client_data(input: &[u8]) -> Option<(*const c_char, c_uint)> {
+    let len = c_uint::try_from(input.len()).ok()?;
+    let data = if input.is_empty() {
+        ptr::null()
+    } else {
+        input.as_ptr().cast()
+    };
+    Some((data, len))
 }

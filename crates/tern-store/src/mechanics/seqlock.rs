@@ -131,6 +131,18 @@ mod tests {
     }
 
     impl Guarded {
+        fn new() -> Guarded {
+            Guarded {
+                seq: SeqCount::new(),
+                words: [AtomicU64::new(0), AtomicU64::new(0)],
+            }
+        }
+
+        /// Both words, unchecked.
+        fn words(&self) -> [u64; 2] {
+            [self.words[0].load(Relaxed), self.words[1].load(Relaxed)]
+        }
+
         fn write(&self, v: u64) {
             let before = self.seq.begin_write();
             self.words[0].store(v, Relaxed);
@@ -140,7 +152,7 @@ mod tests {
 
         fn read(&self) -> Option<[u64; 2]> {
             let start = self.seq.begin_read()?;
-            let copy = [self.words[0].load(Relaxed), self.words[1].load(Relaxed)];
+            let copy = self.words();
             self.seq.validate(start).then_some(copy)
         }
     }
@@ -148,10 +160,7 @@ mod tests {
     #[test]
     fn loom_a_reader_never_accepts_a_torn_value() {
         loom::model(|| {
-            let g = Arc::new(Guarded {
-                seq: SeqCount::new(),
-                words: [AtomicU64::new(0), AtomicU64::new(0)],
-            });
+            let g = Arc::new(Guarded::new());
             let writer = {
                 let g = g.clone();
                 // Two writes, as a lock would serialise them (one thread).
@@ -171,13 +180,7 @@ mod tests {
     #[test]
     fn loom_a_read_upgraded_to_the_lock_with_its_count_unchanged_is_current() {
         loom::model(|| {
-            let g = Arc::new((
-                Guarded {
-                    seq: SeqCount::new(),
-                    words: [AtomicU64::new(0), AtomicU64::new(0)],
-                },
-                Mutex::new(()),
-            ));
+            let g = Arc::new((Guarded::new(), Mutex::new(())));
             let writer = {
                 let g = g.clone();
                 thread::spawn(move || {
@@ -186,12 +189,12 @@ mod tests {
                 })
             };
             if let Some(start) = g.0.seq.begin_read() {
-                let copy = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                let copy = g.0.words();
                 let _locked = g.1.lock().unwrap();
                 let before = g.0.seq.begin_write();
                 // `ShardGuard::unchanged_since`: what was read is what the lock now guards.
                 if before == start {
-                    let now = [g.0.words[0].load(Relaxed), g.0.words[1].load(Relaxed)];
+                    let now = g.0.words();
                     assert_eq!(copy, now, "an upgrade kept a stale read");
                 }
                 g.0.seq.end_write(before);
@@ -203,17 +206,14 @@ mod tests {
     #[test]
     fn loom_a_reader_sees_no_write_older_than_the_count_it_started_from() {
         loom::model(|| {
-            let g = Arc::new(Guarded {
-                seq: SeqCount::new(),
-                words: [AtomicU64::new(0), AtomicU64::new(0)],
-            });
+            let g = Arc::new(Guarded::new());
             let writer = {
                 let g = g.clone();
                 thread::spawn(move || g.write(1))
             };
             // A count of 2 means the write is complete: the copy must be all of it.
             if let Some(start) = g.seq.begin_read() {
-                let copy = [g.words[0].load(Relaxed), g.words[1].load(Relaxed)];
+                let copy = g.words();
                 if g.seq.validate(start) && start == 2 {
                     assert_eq!(copy, [1, 1]);
                 }

@@ -197,24 +197,8 @@ impl Store {
         if h.bits & bumped != bumped || h.access < item::encode_age(renew_before) {
             return Racy::Bump(loc, h, item, created);
         }
-        Racy::Hit(read(
-            ItemView {
-                value: &item[h.value_range()],
-                flags: h.flags,
-                // Read from the segment only if `read` asks, before the check.
-                cas: CasSource {
-                    segs: &self.segs,
-                    loc,
-                    kept: h.cas,
-                },
-                expiry: Expiry(h.expiry),
-                fetched: true,
-                last_access: created.wrapping_add(item::decode_age(h.access)),
-                stale: h.has(item::STALE),
-                win_sent: h.has(item::WIN_SENT),
-            },
-            out,
-        ))
+        // The CAS is read from the segment only if `read` asks, before the check.
+        Racy::Hit(read(self.view(loc, h, item, created).0, out))
     }
 
     /// Looks `key` up, sets its expiry (get-and-touch), and hands the item to `read`.
@@ -314,8 +298,9 @@ impl Store {
         Ok(result)
     }
 
-    /// A locked read's view of the item at `loc` (header `h`, bytes from `item` on, its segment
-    /// opened at `created`), with its marks for the reader to change.
+    /// A read's view of the item at `loc` (header `h`, bytes from `item` on, its segment opened
+    /// at `created`), with its marks for the reader to change. Without the lock every field may
+    /// be garbage until the check, so nothing here may panic on any value.
     #[inline(always)]
     fn view<'a>(
         &'a self,
@@ -334,7 +319,7 @@ impl Store {
             },
             expiry: Expiry(h.expiry),
             fetched: h.has(item::FETCHED),
-            last_access: created + item::decode_age(h.access),
+            last_access: created.wrapping_add(item::decode_age(h.access)),
             stale: h.has(item::STALE),
             win_sent: h.has(item::WIN_SENT),
         };
