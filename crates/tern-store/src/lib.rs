@@ -51,6 +51,9 @@ pub use mechanics::clock;
 pub use mechanics::clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
 pub use mechanics::config::{shards_for, Config, Eviction};
 pub use mechanics::error::StoreError;
+pub use mechanics::flash_config::{
+    FlashConfig, FlashFile, FlashKnobs, FlashPageInfo, FlashSettings, FlashStats,
+};
 pub use mechanics::heap::PageKind;
 pub use mechanics::types::{
     Arith, ArithError, Counted, EvictedItem, Expiry, ItemView, Marks, Miss, Refused, StoreOp,

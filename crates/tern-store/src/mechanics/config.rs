@@ -1,6 +1,7 @@
 //! Store settings, and the heap geometry (shards, segment size, segment count) they come to.
 
 use super::error::StoreError;
+use super::flash_config::FlashConfig;
 use super::index;
 use super::segments::OFFSET_BITS;
 
@@ -60,6 +61,9 @@ pub struct Config {
     pub large_pages: bool,
     /// mlock the heap (memcached's `-k`); start fails with a clear message when refused.
     pub lock_memory: bool,
+    /// The flash tier (memcached's `-o ext_path=...`): items evicted from memory go to these
+    /// files, and only their index entries stay in memory.
+    pub flash: Option<FlashConfig>,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             segment_size: 0,
             large_pages: false,
             lock_memory: false,
+            flash: None,
         }
     }
 }

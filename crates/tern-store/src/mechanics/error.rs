@@ -12,4 +12,7 @@ pub enum StoreError {
     /// The memory file (`-e`) cannot be opened, sized or reserved; the message names it.
     #[error("{0}")]
     MemoryFile(String),
+    /// A flash file (`ext_path`) cannot be opened, sized or locked; the message names it.
+    #[error("{0}")]
+    Flash(String),
 }

@@ -25,6 +25,7 @@ use crate::mechanics::types::EvictedItem;
 
 pub(crate) mod dump;
 pub(crate) mod evict;
+pub(crate) mod flash;
 pub(crate) mod flush;
 pub(crate) mod key;
 pub(crate) mod memlimit;
