@@ -155,7 +155,13 @@ impl Geometry {
                 config.heap_bytes
             )));
         }
-        if segments > MAX_SEGMENTS {
+        // With a flash tier, locations in memory leave the flash bit clear.
+        let max_segments = if config.flash.is_some() {
+            super::flash::MAX_RAM_SEGMENTS
+        } else {
+            MAX_SEGMENTS
+        };
+        if segments > max_segments {
             return Err(StoreError::Config(format!(
                 "{segments} segments is more than the index can address; use a larger segment size"
             )));
@@ -168,7 +174,7 @@ impl Geometry {
             shards,
             segment_shift: segment_size.trailing_zeros(),
             segments,
-            reserved: (max_bytes / segment_size).clamp(segments, MAX_SEGMENTS),
+            reserved: (max_bytes / segment_size).clamp(segments, max_segments),
         })
     }
 }

@@ -14,6 +14,9 @@ pub(crate) struct Counters {
     pub(crate) evicted_unfetched: u64,
     pub(crate) reclaimed_segments: u64,
     pub(crate) merges: u64,
+    /// Item bytes stored by the store commands (the flash tier's write amplification is
+    /// what it wrote over this).
+    pub(crate) set_bytes: u64,
 }
 
 impl Counters {
@@ -28,6 +31,7 @@ impl Counters {
         self.evicted_unfetched += other.evicted_unfetched;
         self.reclaimed_segments += other.reclaimed_segments;
         self.merges += other.merges;
+        self.set_bytes += other.set_bytes;
     }
 
     /// Zeroes the cumulative counters, keeping the gauges.

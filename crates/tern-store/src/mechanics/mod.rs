@@ -13,6 +13,7 @@ pub mod clock;
 pub(crate) mod config;
 pub(crate) mod counters;
 pub(crate) mod error;
+pub(crate) mod flash;
 pub(crate) mod flash_config;
 pub(crate) mod flush_mark;
 pub(crate) mod hash_seeds;

@@ -4,6 +4,7 @@
 
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::flash::is_flash;
 use crate::mechanics::index::TAG_BITS;
 use crate::mechanics::item;
 use crate::mechanics::segments::{get32, Loc};
@@ -54,6 +55,10 @@ impl Store {
             .clamp(1, u64::from(TAGS)) as u32;
         let end = from.tag.saturating_add(span).min(TAGS);
         sh.index.entries_with_tags(from.tag..end, |packed| {
+            // Items on flash are not listed: their keys are not in memory.
+            if is_flash(packed) {
+                return;
+            }
             let loc = Loc::unpack(packed);
             let bytes = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
             let h = item::parse(bytes);

@@ -119,7 +119,7 @@ impl Store {
 
     /// The item at `loc` in one of this locked shard's segments, and its index slot when the
     /// index still points there (an item deleted or replaced since has none).
-    fn indexed_item(&self, sh: &Shard, loc: Loc) -> (Header, Option<usize>) {
+    pub(crate) fn indexed_item(&self, sh: &Shard, loc: Loc) -> (Header, Option<usize>) {
         let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
         let hdr = item::parse(item);
         let tag = self.hash(hdr.key(item)).1.tag;
@@ -147,7 +147,11 @@ impl Store {
             off += hdr.size() as u32;
             if let Some(slot) = slot {
                 let cause = Self::removal_cause(&hdr, now);
-                self.unlink(sh, Found { slot, loc, hdr }, cause, false);
+                let found = Found { slot, loc, hdr };
+                if cause == Cause::Evicted && self.to_flash(sh, found, now) {
+                    continue;
+                }
+                self.unlink(sh, found, cause, false);
             }
         }
         self.drop_segment(sh, head);
@@ -203,6 +207,10 @@ impl Store {
                 let found = Found { slot, loc, hdr };
                 let cause = Self::removal_cause(&hdr, now);
                 if cause == Cause::Expired || !hdr.has(item::REFERENCED) {
+                    if cause == Cause::Evicted && self.to_flash(sh, found, now) {
+                        off += size as u32;
+                        continue;
+                    }
                     self.unlink(sh, found, cause, false);
                     off += size as u32;
                     continue;

@@ -1,30 +1,685 @@
-//! The flash tier, as the store uses it (work in progress: the public surface first).
+//! The flash tier, as the store uses it (`mechanics/flash.rs` has the files, pages, buffers
+//! and records): which items go to flash and when, how a command finds an item there, and the
+//! background work (`flash_work`).
+//!
+//! - **Going.** An item leaves memory for flash when eviction would drop it (`evict.rs` asks
+//!   `to_flash` first) or, with `ext_item_age`, once it has been idle that long
+//!   (`move_idle`). It must be at least `ext_item_size` bytes, not expired, with at least
+//!   `ext_low_ttl` seconds left. Its index slot is pointed at the record; nothing else of it
+//!   stays in memory. When flash has no buffer or page free, the item is evicted as before.
+//! - **Finding.** A command that finds no item for its key in memory looks for a flash entry
+//!   whose tag and check bits agree with the key's hash (`fetch`): it lets the shard's lock
+//!   go, reads the record, takes the lock again and keeps the record only if its key is the
+//!   one asked for and the index still points at it. A get answers from the record; a
+//!   command that changes the item (touch, cas, add, replace, meta's marks) first brings it
+//!   back into memory (`promote`), then runs as it does in memory. As memcached's extstore,
+//!   incr/decr answer non-numeric and append/prepend not-stored for an item on flash. A plain
+//!   `set` drops a flash entry whose tag and check bits agree with its key's without reading
+//!   it, so sets never wait for flash: a different key with the same 24-bit tag and check
+//!   bits (one in 2^(24 + check bits - log2 buckets) per entry probed) is dropped with it, a
+//!   documented eviction.
+//! - **Background.** `flash_work` writes full buffers, frees a page when none is free
+//!   (evicting the oldest page's items), compacts pages while fewer than `ext_compact_under`
+//!   are free (rewriting their live items, or dropping those never read with
+//!   `ext_drop_unread`), and moves idle items to flash.
+//!
+//! Reads of flash happen on the calling thread (a synchronous `pread`).
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use super::key::Key;
 use super::Store;
+use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::flash::{bump, is_flash, AlignedBuf, Flash, ReadOutcome, Record};
 use crate::mechanics::flash_config::{FlashKnobs, FlashPageInfo, FlashStats};
+use crate::mechanics::item::{self, Header};
+use crate::mechanics::segments::{get32, set32, Loc};
+use crate::mechanics::shard::{Found, Shard, ShardGuard, Version};
+use crate::mechanics::ttl::GROUPS;
+use crate::mechanics::types::{CasSource, Expiry, ItemView, Marks};
+
+/// A record on flash found to be the key's, with its index slot, under the shard's lock.
+pub(crate) struct Fetched {
+    pub(crate) location: u64,
+    pub(crate) record: Record,
+    pub(crate) hdr: Header,
+}
+
+/// What looking for a key on flash came to.
+pub(crate) enum OnFlash<'a> {
+    /// No flash entry may be the key's; the lock was held throughout.
+    Absent(ShardGuard<'a>),
+    /// The lock was let go and something changed: look again, in memory first.
+    Changed,
+    Found(ShardGuard<'a>, Fetched),
+}
 
 impl Store {
     /// The flash tier's knobs, which the `extstore` command changes; `None` without one.
     pub fn flash_knobs(&self) -> Option<&FlashKnobs> {
-        None
+        self.flash.as_ref().map(|f| &f.knobs)
     }
 
     /// The flash tier's counters and gauges; `None` without one.
     pub fn flash_stats(&self) -> Option<FlashStats> {
-        None
+        let f = self.flash.as_ref()?;
+        let c = &f.counters;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
+        let pages = f.page_info();
+        let free = pages.iter().filter(|p| p.free).count() as u64;
+        let objects_used = f
+            .pages
+            .iter()
+            .zip(&pages)
+            .filter(|(_, info)| !info.free)
+            .map(|(p, _)| p.live.load(Relaxed))
+            .sum();
+        let bytes_used: u64 = pages.iter().map(|p| p.bytes_used).sum();
+        let filled: u64 = f
+            .pages
+            .iter()
+            .zip(&pages)
+            .filter(|(_, info)| !info.free)
+            .map(|(p, _)| p.fill.load(Relaxed))
+            .sum();
+        let total = self.each_shard_total(|sh| sh.counters.set_bytes);
+        Some(FlashStats {
+            compact_lost: load(&c.compact_lost),
+            compact_rescues: load(&c.compact_rescues),
+            compact_skipped: load(&c.compact_skipped),
+            page_allocs: load(&c.page_allocs),
+            page_evictions: load(&c.page_evictions),
+            page_reclaims: load(&c.page_reclaims),
+            pages_free: free,
+            pages_used: pages.len() as u64 - free,
+            objects_evicted: load(&c.objects_evicted),
+            objects_read: load(&c.objects_read),
+            objects_written: load(&c.objects_written),
+            objects_used,
+            bytes_evicted: load(&c.bytes_evicted),
+            bytes_written: load(&c.bytes_written),
+            bytes_read: load(&c.bytes_read),
+            bytes_used,
+            bytes_fragmented: filled.saturating_sub(bytes_used),
+            limit_maxbytes: f.page_count() as u64 * f.page_size,
+            io_queue: f.queued() as u64,
+            gets: load(&c.gets),
+            misses: load(&c.misses),
+            bad_crc: load(&c.bad_crc),
+            recaches: load(&c.recaches),
+            false_reads: load(&c.false_reads),
+            bytes_set: total,
+        })
+    }
+
+    fn each_shard_total(&self, count: impl Fn(&Shard) -> u64) -> u64 {
+        (0..self.shards.len()).map(|s| count(&self.lock(s))).sum()
     }
 
     /// Every flash page, in order (`stats extstore`).
     pub fn flash_pages(&self) -> Vec<FlashPageInfo> {
-        Vec::new()
+        self.flash.as_ref().map_or_else(Vec::new, Flash::page_info)
     }
 
-    /// One pass of the flash tier's background work (write a full buffer, move idle items to
-    /// flash, compact or free pages); returns how long its thread may sleep before the next.
-    /// The server runs `FlashConfig::io_threads` threads calling it in a loop.
+    /// One pass of the flash tier's background work (write full buffers, free or compact a
+    /// page, move idle items to flash); returns how long its thread may sleep before the
+    /// next. The server runs `FlashConfig::io_threads` threads calling it in a loop.
     pub fn flash_work(&self) -> Duration {
-        Duration::from_secs(1)
+        let Some(flash) = &self.flash else {
+            return Duration::from_secs(1);
+        };
+        let knobs = flash.knobs.get();
+        let mut busy = false;
+        loop {
+            match flash.write_one() {
+                Ok(true) => busy = true,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!("flash tier: a buffer's write failed, retried later: {e}");
+                    break;
+                }
+            }
+        }
+        let free = flash.pages_free();
+        if free == 0 {
+            busy |= self.empty_page(flash, None, false);
+        } else if free < knobs.compact_under as usize {
+            let drop_unread = knobs.drop_unread || free < knobs.drop_under as usize;
+            busy |= self.empty_page(flash, Some(knobs.max_frag), drop_unread);
+        }
+        if knobs.item_age != u32::MAX {
+            busy |= self.move_idle(knobs.item_age) > 0;
+        }
+        if busy {
+            Duration::ZERO
+        } else {
+            // An idle tier writes out what its filling buffer holds, so that flash holds it.
+            flash.seal_partial();
+            if flash.queued() > 0 {
+                return Duration::ZERO;
+            }
+            Duration::from_micros(u64::from(knobs.max_sleep_us).min(100_000))
+        }
+    }
+
+    /// Whether an item goes to flash by size and deadline.
+    fn flash_wants(&self, flash: &Flash, hdr: &Header, now: UnixSecs) -> bool {
+        let knobs = flash.knobs.get();
+        hdr.size() >= knobs.item_size as usize
+            && !hdr.is_expired_at(now)
+            && (hdr.expiry == 0 || hdr.expiry.saturating_sub(now) >= knobs.low_ttl)
+    }
+
+    /// Moves the item `found` (in memory, indexed) to flash when the flash tier wants it and
+    /// has room: its index slot then points there, and its segment no longer counts it.
+    pub(crate) fn to_flash(&self, sh: &mut Shard, found: Found, now: UnixSecs) -> bool {
+        let Some(flash) = &self.flash else {
+            return false;
+        };
+        let h = found.hdr;
+        if !self.flash_wants(flash, &h, now) || get32(&self.segs.meta(found.loc.seg).run_len) != 1 {
+            return false;
+        }
+        let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
+        let key = h.key(item);
+        let value = &item[h.value_range()];
+        let cas = self
+            .config
+            .cas_enabled
+            .then(|| self.segs.cas_of(found.loc, h.cas));
+        let size = item::item_size(
+            key.len(),
+            value.len(),
+            h.flags,
+            h.expiry != 0,
+            cas.is_some(),
+        );
+        let Some(addr) = flash.append(size, |out| {
+            item::write(
+                out,
+                key,
+                h.flags,
+                h.expiry,
+                h.expiry != 0,
+                cas,
+                [value, &[]],
+                h.bits & item::STATE_BITS,
+                0,
+            )
+        }) else {
+            return false;
+        };
+        let hash = self.hasher.hash_one(key);
+        sh.index
+            .set_location(found.slot, flash.geometry.pack(addr, hash));
+        let meta = self.segs.meta(found.loc.seg);
+        set32(&meta.live, get32(&meta.live) - 1);
+        let c = &mut sh.counters;
+        c.bytes -= (h.key_len + h.value_len) as u64;
+        c.item_bytes -= h.size() as u64;
+        true
+    }
+
+    /// Removes the flash entry at index slot `slot` (location `location`).
+    pub(crate) fn unlink_flash(&self, sh: &mut Shard, slot: usize, location: u64) {
+        let flash = self
+            .flash
+            .as_ref()
+            .expect("a flash entry means a flash tier");
+        sh.index.remove(slot);
+        sh.counters.curr_items -= 1;
+        flash.forget(flash.geometry.addr_of(location));
+    }
+
+    /// The first flash entry in `sh` that may be `key`'s (tag and check bits agree), other
+    /// than those in `skip`.
+    fn flash_candidate(
+        &self,
+        sh: &Shard,
+        key: Key,
+        hash: u64,
+        skip: &[u64],
+    ) -> Option<(usize, u64)> {
+        let flash = self.flash.as_ref()?;
+        sh.index.find(key.tag, |location| {
+            (flash.geometry.may_be(location, hash) && !skip.contains(&location)).then_some(location)
+        })
+    }
+
+    /// With `guard` on `key`'s shard and no item for it in memory: reads the flash entry that
+    /// may be the key's (the lock let go meanwhile) and keeps it if it is, still indexed.
+    pub(crate) fn fetch<'a>(
+        &'a self,
+        guard: ShardGuard<'a>,
+        shard: usize,
+        key: Key,
+    ) -> OnFlash<'a> {
+        let Some(flash) = &self.flash else {
+            return OnFlash::Absent(guard);
+        };
+        let hash = self.hasher.hash_one(key.bytes);
+        let mut skip = Vec::new();
+        let mut guard = guard;
+        let mut released = false;
+        loop {
+            let Some((_, location)) = self.flash_candidate(&guard, key, hash, &skip) else {
+                return if released {
+                    OnFlash::Changed
+                } else {
+                    OnFlash::Absent(guard)
+                };
+            };
+            drop(guard);
+            released = true;
+            let read = flash.read(flash.geometry.addr_of(location));
+            guard = self.lock(shard);
+            let sh = &mut *guard;
+            let slot = sh
+                .index
+                .find(key.tag, |l| (l == location).then_some(()))
+                .map(|(slot, ())| slot);
+            let counted = match read {
+                Ok(ReadOutcome::Record(record)) => Ok(record),
+                Ok(ReadOutcome::Bad) => {
+                    bump(&flash.counters.bad_crc, 1);
+                    Err(true)
+                }
+                Ok(ReadOutcome::Stale) => Err(false),
+                Err(e) => {
+                    tracing::warn!("flash tier: a read failed, served as a miss: {e}");
+                    Err(true)
+                }
+            };
+            let record = match counted {
+                Ok(record) => record,
+                Err(counted) => {
+                    bump(&flash.counters.misses, 1);
+                    if let Some(slot) = slot {
+                        if counted {
+                            self.unlink_flash(sh, slot, location);
+                        } else {
+                            // The page lives again: its live count is of its new records.
+                            sh.index.remove(slot);
+                            sh.counters.curr_items -= 1;
+                        }
+                    }
+                    continue;
+                }
+            };
+            let Some(hdr) = item::parse_checked(record.item()) else {
+                bump(&flash.counters.bad_crc, 1);
+                skip.push(location);
+                continue;
+            };
+            if hdr.key(record.item()) != key.bytes {
+                bump(&flash.counters.false_reads, 1);
+                skip.push(location);
+                continue;
+            }
+            if slot.is_none() {
+                // Replaced or removed while the lock was let go.
+                return OnFlash::Changed;
+            }
+            return OnFlash::Found(
+                guard,
+                Fetched {
+                    location,
+                    record,
+                    hdr,
+                },
+            );
+        }
+    }
+
+    /// Drops, without reading it, a flash entry that may be `key`'s (a `set` replacing it).
+    pub(crate) fn drop_flash_candidate(&self, sh: &mut Shard, key: Key) {
+        if self.flash.is_none() {
+            return;
+        }
+        let hash = self.hasher.hash_one(key.bytes);
+        if let Some((slot, location)) = self.flash_candidate(sh, key, hash, &[]) {
+            self.unlink_flash(sh, slot, location);
+        }
+    }
+
+    /// The slot of the flash entry at `location`, if the index still has it.
+    pub(crate) fn flash_slot(&self, sh: &Shard, key: Key, location: u64) -> Option<usize> {
+        sh.index
+            .find(key.tag, |l| (l == location).then_some(()))
+            .map(|(slot, ())| slot)
+    }
+
+    /// Brings a fetched item back into memory (its CAS and marks kept, `expiry` its new
+    /// deadline when given), replacing its flash entry; false when memory has no room.
+    pub(crate) fn promote(
+        &self,
+        sh: &mut Shard,
+        key: Key,
+        fetched: &Fetched,
+        keep_bits: u8,
+        expiry: Option<u32>,
+        now: UnixSecs,
+    ) -> bool {
+        let h = fetched.hdr;
+        let item = fetched.record.item();
+        let version = Version {
+            flags: h.flags,
+            expiry: expiry.unwrap_or(h.expiry),
+            cas: h.cas,
+            keep_bits,
+        };
+        if !self.fits_segment(item::item_size(
+            h.key_len,
+            h.value_len,
+            h.flags,
+            version.expiry != 0,
+            h.cas.is_some(),
+        )) {
+            return false;
+        }
+        if sh.index.needs_room() && !self.grow_index(sh, now) {
+            return false;
+        }
+        let value = &item[h.value_range()];
+        let written = self.put_small(sh, key, None, version, [value, &[]], now);
+        // Making room may have moved the entry; the new item is indexed beside it.
+        if let Some(slot) = self.flash_slot(sh, key, fetched.location) {
+            self.unlink_flash(sh, slot, fetched.location);
+        }
+        written.is_some()
+    }
+
+    /// A get's view of a record.
+    pub(crate) fn flash_view<'a>(
+        &'a self,
+        hdr: &Header,
+        item: &'a [u8],
+        now: UnixSecs,
+    ) -> ItemView<'a> {
+        ItemView {
+            value: &item[hdr.value_range()],
+            flags: hdr.flags,
+            cas: CasSource {
+                segs: &self.segs,
+                loc: Loc { seg: 0, off: 0 },
+                kept: hdr.cas,
+            },
+            expiry: Expiry(hdr.expiry),
+            fetched: hdr.has(item::FETCHED),
+            // Flash keeps no access time: the item was read now.
+            last_access: now,
+            stale: hdr.has(item::STALE),
+            win_sent: hdr.has(item::WIN_SENT),
+        }
+    }
+
+    /// Whether this read of flash brings its item back into memory (`ext_recache_rate`).
+    pub(crate) fn recache_due(&self) -> bool {
+        let Some(flash) = &self.flash else {
+            return false;
+        };
+        let rate = flash.knobs.get().recache_rate;
+        rate != 0 && flash.counters.reads.fetch_add(1, Relaxed) % u64::from(rate) == 0
+    }
+
+    pub(crate) fn count_recache(&self) {
+        if let Some(flash) = &self.flash {
+            bump(&flash.counters.recaches, 1);
+        }
+    }
+
+    /// Serves a read from a fetched record: the view to `read`, the item brought back into
+    /// memory when `read` changed its marks.
+    pub(crate) fn read_fetched<R>(
+        &self,
+        sh: &mut Shard,
+        key: Key,
+        fetched: &Fetched,
+        now: UnixSecs,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> R {
+        let flash = self.flash.as_ref().expect("fetched from flash");
+        bump(&flash.counters.gets, 1);
+        let h = fetched.hdr;
+        let view = self.flash_view(&h, fetched.record.item(), now);
+        let before = Marks {
+            stale: view.stale,
+            win_sent: view.win_sent,
+        };
+        let mut marks = before;
+        let result = read(view, &mut marks);
+        if marks != before {
+            let mark = |on: bool, bit: u8| if on { bit } else { 0 };
+            let bits = (h.bits & (item::FETCHED | item::REFERENCED))
+                | mark(marks.stale, item::STALE)
+                | mark(marks.win_sent, item::WIN_SENT);
+            self.promote(sh, key, fetched, bits, None, now);
+        }
+        result
+    }
+
+    /// Moves items idle `age` seconds or more to flash, from every shard whose lock is free;
+    /// how many went.
+    fn move_idle(&self, age: u32) -> usize {
+        let now = self.clock.now();
+        let Some(flash) = &self.flash else { return 0 };
+        let idle_since = now.saturating_sub(age);
+        let mut moved = 0;
+        for shard in 0..self.shards.len() {
+            let Some(mut guard) = self.shards[shard].0.try_lock() else {
+                continue;
+            };
+            let sh = &mut *guard;
+            for g in 0..GROUPS {
+                let mut i = 0;
+                while let Some(&seg) = sh.chains[g].get(i) {
+                    i += 1;
+                    let meta = self.segs.meta(seg);
+                    let created = get32(&meta.created);
+                    if created > idle_since {
+                        break;
+                    }
+                    if get32(&meta.run_len) != 1 || get32(&meta.live) == 0 {
+                        continue;
+                    }
+                    let end = get32(&meta.write_off);
+                    let mut off = 0;
+                    while off < end {
+                        let loc = Loc { seg, off };
+                        let (hdr, slot) = self.indexed_item(sh, loc);
+                        off += hdr.size() as u32;
+                        let last_access = created + item::decode_age(hdr.access);
+                        let Some(slot) = slot else { continue };
+                        if last_access > idle_since || !self.flash_wants(flash, &hdr, now) {
+                            continue;
+                        }
+                        if !self.to_flash(sh, Found { slot, loc, hdr }, now) {
+                            return moved;
+                        }
+                        moved += 1;
+                    }
+                    if get32(&meta.live) == 0 && sh.active[g] != seg {
+                        self.drop_segment(sh, seg);
+                        self.release(sh, false);
+                        i -= 1;
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Empties one full page: the oldest (its items evicted) when `max_frag` is `None`, else
+    /// the emptiest under `max_frag` (its live items written again, or dropped when never
+    /// read and `drop_unread`). False when no page qualifies.
+    fn empty_page(&self, flash: &Flash, max_frag: Option<f64>, drop_unread: bool) -> bool {
+        let Some(page) = flash.take_victim(max_frag) else {
+            return false;
+        };
+        let compacting = max_frag.is_some();
+        if !compacting {
+            bump(&flash.counters.page_evictions, 1);
+        }
+        let version = flash.pages[page as usize].version.load(Relaxed) as u32;
+        let fill = flash.pages[page as usize].fill.load(Relaxed);
+        let chunk_len = flash.wbuf_size();
+        let mut chunk = match AlignedBuf::new(chunk_len) {
+            Ok(buf) => buf,
+            Err(e) => {
+                tracing::warn!("flash tier: no memory to read a page back: {e}");
+                flash.finish_page(page);
+                return false;
+            }
+        };
+        let now = self.clock.now();
+        let mut from = 0;
+        while from < fill {
+            if let Err(e) = flash.read_page(page, from, &mut chunk) {
+                tracing::warn!("flash tier: reading page {page} back failed: {e}");
+                break;
+            }
+            let base = page as u64 * flash.page_size + from;
+            for (at, item_bytes) in crate::mechanics::flash::records_in(&chunk, version) {
+                let Some(hdr) = item::parse_checked(item_bytes) else {
+                    continue;
+                };
+                let key_bytes = hdr.key(item_bytes);
+                let (shard, key) = self.hash(key_bytes);
+                let hash = self.hasher.hash_one(key_bytes);
+                let location = flash.geometry.pack(base + at as u64, hash);
+                let mut guard = self.lock(shard);
+                let sh = &mut *guard;
+                let Some(slot) = self.flash_slot(sh, key, location) else {
+                    continue;
+                };
+                let size = item_bytes.len() as u64;
+                if !compacting {
+                    self.unlink_flash(sh, slot, location);
+                    bump(&flash.counters.objects_evicted, 1);
+                    bump(&flash.counters.bytes_evicted, size);
+                    continue;
+                }
+                if hdr.is_expired_at(now) || (drop_unread && !hdr.has(item::FETCHED)) {
+                    self.unlink_flash(sh, slot, location);
+                    bump(&flash.counters.compact_skipped, 1);
+                    continue;
+                }
+                match flash.append(item_bytes.len(), |out| out.copy_from_slice(item_bytes)) {
+                    Some(addr) => {
+                        sh.index.set_location(slot, flash.geometry.pack(addr, hash));
+                        flash.set_bucket(flash.page_of(addr), 1);
+                        flash.forget(flash.geometry.addr_of(location));
+                        bump(&flash.counters.compact_rescues, 1);
+                    }
+                    None => {
+                        self.unlink_flash(sh, slot, location);
+                        bump(&flash.counters.compact_lost, 1);
+                    }
+                }
+            }
+            from += chunk_len as u64;
+        }
+        flash.finish_page(page);
+        true
+    }
+
+    /// Forgets every flash entry of a shard being emptied (`flush_all`).
+    pub(crate) fn forget_flash_entries(&self, sh: &Shard) {
+        let Some(flash) = &self.flash else { return };
+        sh.index
+            .entries_with_tags(0..1 << crate::mechanics::index::TAG_BITS, |location| {
+                if is_flash(location) {
+                    flash.forget(flash.geometry.addr_of(location));
+                }
+            });
+    }
+}
+
+/// What a command that changes an item means to do with one on flash.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Intent {
+    /// Replace it whatever it is (`set`): its entry is dropped unread.
+    Overwrite,
+    /// Change it (touch, cas, add, replace, invalidate): it is brought back into memory.
+    Change,
+    /// Delete it, if its CAS is the one given.
+    Delete(Option<u64>),
+    /// incr/decr, append/prepend: refused on flash, as memcached's extstore refuses them.
+    Refuse,
+}
+
+/// Where a command stands after looking at flash (`Store::before_write`).
+pub(crate) enum Before<'a> {
+    /// Go on in memory, under this lock.
+    Go(ShardGuard<'a>),
+    /// Start again (the lock was let go, or the item came back into memory).
+    Again,
+    /// The item is on flash and the intent refuses it there.
+    OnFlash,
+    /// Deleted from flash.
+    Deleted,
+    /// A delete's CAS did not match.
+    Exists,
+    /// The item is on flash and memory has no room to bring it back.
+    NoRoom,
+}
+
+impl Store {
+    /// Before a change to `key` (lock held): if it has no item in memory but one on flash,
+    /// handles that by `intent`.
+    pub(crate) fn before_write<'a>(
+        &'a self,
+        mut guard: ShardGuard<'a>,
+        shard: usize,
+        key: Key,
+        intent: Intent,
+        now: UnixSecs,
+    ) -> Before<'a> {
+        if self.catch_up_flush(&mut guard, Some(key), now).is_err()
+            || self.lookup(&guard, key).is_some()
+        {
+            return Before::Go(guard);
+        }
+        if intent == Intent::Overwrite {
+            self.drop_flash_candidate(&mut guard, key);
+            return Before::Go(guard);
+        }
+        let (mut guard, fetched) = match self.fetch(guard, shard, key) {
+            OnFlash::Absent(guard) => return Before::Go(guard),
+            OnFlash::Changed => return Before::Again,
+            OnFlash::Found(guard, fetched) => (guard, fetched),
+        };
+        let sh = &mut *guard;
+        let h = fetched.hdr;
+        if h.is_expired_at(now) {
+            let slot = self
+                .flash_slot(sh, key, fetched.location)
+                .expect("found under this lock");
+            self.unlink_flash(sh, slot, fetched.location);
+            return Before::Go(guard);
+        }
+        match intent {
+            Intent::Overwrite => unreachable!("handled above"),
+            Intent::Refuse => Before::OnFlash,
+            Intent::Delete(expected) => {
+                let cas = self.segs.cas_of(Loc { seg: 0, off: 0 }, h.cas);
+                if expected.is_some_and(|e| e != cas) {
+                    return Before::Exists;
+                }
+                let slot = self
+                    .flash_slot(sh, key, fetched.location)
+                    .expect("found under this lock");
+                self.unlink_flash(sh, slot, fetched.location);
+                Before::Deleted
+            }
+            Intent::Change => {
+                if self.promote(sh, key, &fetched, h.bits & item::STATE_BITS, None, now) {
+                    Before::Again
+                } else {
+                    Before::NoRoom
+                }
+            }
+        }
     }
 }

@@ -59,6 +59,7 @@ impl Store {
             }
             sh.active[g] = NO_SEGMENT;
         }
+        self.forget_flash_entries(sh);
         let old = sh.index.bytes();
         sh.index.clear();
         self.refresh_hint(sh);

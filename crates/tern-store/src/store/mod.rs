@@ -15,6 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::mechanics::clock::Clock;
 use crate::mechanics::config::{Config, Geometry};
 use crate::mechanics::error::StoreError;
+use crate::mechanics::flash::Flash;
 use crate::mechanics::flush_mark::Flush;
 use crate::mechanics::hash_seeds;
 use crate::mechanics::heap::{Heap, PageKind};
@@ -54,6 +55,8 @@ pub struct Store {
     pub(crate) oldest: Box<[AtomicU64]>,
     /// Told of every item evicted (see `observe_evictions`).
     pub(crate) eviction_observer: OnceLock<EvictionObserver>,
+    /// The flash tier (`Config::flash`), if any.
+    pub(crate) flash: Option<Flash>,
 }
 
 /// What `Store::observe_evictions` calls, under the evicting shard's lock.
@@ -69,14 +72,17 @@ impl Store {
             config.lock_memory,
         )?;
         let seeds = hash_seeds::random_seeds();
-        Ok(Store::with_heap(
+        let flash = config.flash.as_ref().map(Flash::open).transpose()?;
+        let mut store = Store::with_heap(
             config,
             clock,
             &geometry,
             heap,
             hash_seeds::hasher_of(seeds),
             seeds,
-        ))
+        );
+        store.flash = flash;
+        Ok(store)
     }
 
     /// A store of `geometry` over `heap`, empty, hashing keys with `hasher`.
@@ -114,6 +120,7 @@ impl Store {
                 .map(|_| AtomicU64::new(u64::MAX))
                 .collect(),
             eviction_observer: OnceLock::new(),
+            flash: None,
             config,
             clock,
             hasher,

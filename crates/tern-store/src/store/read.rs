@@ -8,13 +8,15 @@
 use std::hint::spin_loop;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::key::{HashedKey, Key, ReadKey};
+use super::flash::OnFlash;
+use super::key::Key;
+use super::key::{HashedKey, ReadKey};
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
 use crate::mechanics::index;
 use crate::mechanics::item::{self, Header};
 use crate::mechanics::segments::{get32, Loc};
-use crate::mechanics::shard::{Shard, ShardLock, Version};
+use crate::mechanics::shard::{Shard, ShardGuard, ShardLock, Version};
 use crate::mechanics::ttl::raise_max_expiry;
 use crate::mechanics::types::{CasSource, Expiry, ItemView, Marks, Miss};
 
@@ -268,8 +270,11 @@ impl Store {
         } = key.hashed(self);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
+        self.catch_up_flush(&mut guard, Some(key), now)?;
+        if self.flash.is_some() && self.lookup(&guard, key).is_none() {
+            return self.read_flash(guard, shard, key, touch, read);
+        }
         let sh = &mut *guard;
-        self.catch_up_flush(sh, Some(key), now)?;
         // `live`, spelled out: the item's bytes found with it cannot leave a function that
         // may unlink the item.
         let (found, bytes) = self
@@ -296,6 +301,44 @@ impl Store {
         let result = read(view, &mut marks);
         self.save_marks::<BUMP>(sh, loc, h, marks, created, now);
         Ok(result)
+    }
+
+    /// `read_item` for a key with no item in memory and a flash tier: the item read from
+    /// flash, or brought back into memory first (a touch, `ext_recache_rate`) and read there.
+    #[cold]
+    fn read_flash<R>(
+        &self,
+        guard: ShardGuard<'_>,
+        shard: usize,
+        key: Key,
+        touch: Option<Expiry>,
+        read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
+    ) -> Result<R, Miss> {
+        let now = self.clock.now();
+        let (mut guard, fetched) = match self.fetch(guard, shard, key) {
+            OnFlash::Absent(_) => return Err(Miss::NotFound),
+            OnFlash::Changed => return self.read_item::<_, true, _>(key.bytes, touch, read),
+            OnFlash::Found(guard, fetched) => (guard, fetched),
+        };
+        let sh = &mut *guard;
+        let h = fetched.hdr;
+        if h.is_expired_at(now) {
+            if let Some(slot) = self.flash_slot(sh, key, fetched.location) {
+                self.unlink_flash(sh, slot, fetched.location);
+            }
+            return Err(Miss::Expired);
+        }
+        if touch.is_some() || self.recache_due() {
+            let bits = h.bits & item::STATE_BITS;
+            if self.promote(sh, key, &fetched, bits, None, now) {
+                if touch.is_none() {
+                    self.count_recache();
+                }
+                drop(guard);
+                return self.read_item::<_, true, _>(key.bytes, touch, read);
+            }
+        }
+        Ok(self.read_fetched(sh, key, &fetched, now, read))
     }
 
     /// A read's view of the item at `loc` (header `h`, bytes from `item` on, its segment opened

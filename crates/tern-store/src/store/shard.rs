@@ -4,6 +4,7 @@
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
+use crate::mechanics::flash::is_flash;
 use crate::mechanics::index::NO_SLOT;
 use crate::mechanics::item;
 use crate::mechanics::segments::{get32, set32, Loc, NO_SEGMENT};
@@ -56,6 +57,10 @@ impl Store {
             hint,
             #[inline(always)]
             |packed| {
+                // An item on flash is found by `Store::fetch`, which reads it.
+                if is_flash(packed) {
+                    return None;
+                }
                 let loc = Loc::unpack(packed);
                 let item = &self.segs.read(&sh.owner, loc.seg)[loc.off as usize..];
                 // The key first: its length and where it starts are all that takes.

@@ -1,6 +1,7 @@
 //! Writes: set/add/replace/append/prepend/cas, delete, incr/decr and invalidate. Each checks
 //! and changes under one shard lock, so a CAS condition and the change it guards are one step.
 
+use super::flash::{Before, Intent};
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
@@ -111,6 +112,24 @@ impl Store {
         loop {
             let now = self.clock.now();
             let mut guard = self.lock(shard);
+            if self.flash.is_some() {
+                let intent = match op {
+                    StoreOp::Set => Intent::Overwrite,
+                    StoreOp::Append(_) | StoreOp::Prepend(_) => Intent::Refuse,
+                    _ => Intent::Change,
+                };
+                guard = match self.before_write(guard, shard, key, intent, now) {
+                    Before::Go(guard) => guard,
+                    Before::Again => continue,
+                    Before::OnFlash => return self.give_up(run, StoreOutcome::NotStored),
+                    Before::NoRoom if op == StoreOp::Add => {
+                        return self.give_up(run, StoreOutcome::NotStored)
+                    }
+                    Before::NoRoom | Before::Deleted | Before::Exists => {
+                        return self.give_up(run, StoreOutcome::OutOfMemory)
+                    }
+                };
+            }
             let sh = &mut *guard;
             let Some(found) = self.find_for_write(sh, key, now) else {
                 return self.fail(sh, op, key, run, StoreOutcome::OutOfMemory);
@@ -168,6 +187,7 @@ impl Store {
                     Some(loc) => {
                         // Stores only: as memcached's, touch and incr rewrites do not count.
                         sh.counters.total_items += 1;
+                        sh.counters.set_bytes += size as u64;
                         let cas = self.segs.cas_of(loc, new_cas);
                         self.give_up(run, StoreOutcome::Stored { cas })
                     }
@@ -180,6 +200,7 @@ impl Store {
                 if reserved.len == len {
                     let loc = self.put_large(sh, key, value, version, reserved, now);
                     sh.counters.total_items += 1;
+                    sh.counters.set_bytes += size as u64;
                     let cas = self.segs.cas_of(loc, new_cas);
                     return StoreOutcome::Stored { cas };
                 }
@@ -208,6 +229,10 @@ impl Store {
         let Some(found) = self.find_for_write(sh, key, now) else {
             return self.fail(sh, StoreOp::Set, key, None, StoreOutcome::OutOfMemory);
         };
+        if found.is_none() && self.flash.is_some() {
+            // Sets never wait for flash: an entry there that may be this key's goes unread.
+            self.drop_flash_candidate(sh, key);
+        }
         let version = Version {
             flags,
             expiry,
@@ -217,6 +242,7 @@ impl Store {
         match self.put_small(sh, key, found, version, [value, &[]], now) {
             Some(loc) => {
                 sh.counters.total_items += 1;
+                sh.counters.set_bytes += (key.bytes.len() + value.len()) as u64;
                 StoreOutcome::Stored {
                     cas: self.segs.place_cas(loc),
                 }
@@ -273,6 +299,16 @@ impl Store {
         let (shard, key) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
+        if self.flash.is_some() {
+            guard = loop {
+                match self.before_write(guard, shard, key, Intent::Delete(expected_cas), now) {
+                    Before::Go(guard) => break guard,
+                    Before::Deleted => return Ok(()),
+                    Before::Exists => return Err(Refused::Exists),
+                    _ => guard = self.lock(shard),
+                }
+            };
+        }
         let sh = &mut *guard;
         let found = self.live_checked(sh, key, now, expected_cas)?;
         self.unlink(sh, found, Cause::Gone, true);
@@ -297,6 +333,16 @@ impl Store {
         let (shard, key) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
+        if self.flash.is_some() {
+            guard = loop {
+                match self.before_write(guard, shard, key, Intent::Refuse, now) {
+                    Before::Go(guard) => break guard,
+                    // memcached's extstore: a counter on flash is not a number to it.
+                    Before::OnFlash => return Err(ArithError::NonNumeric),
+                    _ => guard = self.lock(shard),
+                }
+            };
+        }
         let sh = &mut *guard;
         let found =
             self.live_checked(sh, key, now, expected_cas)
@@ -368,6 +414,15 @@ impl Store {
         let (shard, key) = self.hash(key);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
+        if self.flash.is_some() {
+            guard = loop {
+                match self.before_write(guard, shard, key, Intent::Change, now) {
+                    Before::Go(guard) => break guard,
+                    Before::NoRoom => return Err(Refused::NotFound),
+                    _ => guard = self.lock(shard),
+                }
+            };
+        }
         let sh = &mut *guard;
         let found = self.live_checked(sh, key, now, expected_cas)?;
         let h = found.hdr;

@@ -1,0 +1,928 @@
+//! The flash tier's pieces (memcached's extstore, tern's layout): the files cut into pages,
+//! the write buffers items gather in before a page is written, the record an item is on
+//! flash, and where an index entry points when its item is there. No `Store` here: the store
+//! decides what goes to flash and keeps the index (`store/flash.rs`).
+//!
+//! **Only the index entry stays in memory.** An item on flash is its index slot alone (8 bytes
+//! in a table 75-85% full: 9.6-10.8 bytes per item): the key, header and value are on flash.
+//! The slot's 40 location bits say so with their top bit ([`FLASH_BIT`], which a location in
+//! memory never sets: [`MAX_RAM_SEGMENTS`]); below it, the item's byte address on flash in
+//! 8-byte units, and in the bits the address leaves free, more of the key's hash
+//! ([`FlashGeometry::check_of`]) than the 24-bit tag, so that a miss, a `set` or an `add` rarely
+//! reads flash for a key that is not the one asked for.
+//!
+//! **Records.** An item goes to flash as a record: a 12-byte header (CRC-32 of what follows,
+//! the item's length, the low 32 bits of its page's version), then the item as it is laid out
+//! in memory (`item.rs`, with its CAS kept explicitly), padded to 8 bytes. A record of at most
+//! a block never straddles a 4 KiB block, so one aligned 4 KiB read fetches it; a zero length
+//! marks padding to the next block. The version makes a record left from a page's earlier
+//! life (the page freed and written again) fail its check, as a torn or stale write fails the
+//! CRC, so flash never serves a value that was not the one last stored.
+//!
+//! **Pages** (`ext_page_size`) are filled one write buffer (`ext_wbuf_size`) at a time, whole
+//! and in order; a full buffer is written by a background thread (`Store::flash_work`) while
+//! the next fills. A page is freed when its last item is gone, or evicted whole (oldest first)
+//! or compacted (its live items written again) when free pages run short. Buffers waiting to
+//! be written are read from memory. At most [`WRITE_BUFFERS`] buffers exist: when flash falls
+//! behind, an item that would go there is evicted as it would be without flash.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::error::StoreError;
+use super::flash_config::{FlashConfig, FlashKnobs, FlashPageInfo};
+
+/// Set in an index entry's location bits when the item is on flash.
+pub(crate) const FLASH_BIT: u64 = 1 << 39;
+/// Segments a heap may have when a flash tier is configured: their locations (segment + 1,
+/// above 20 offset bits) must leave [`FLASH_BIT`] clear.
+pub(crate) const MAX_RAM_SEGMENTS: usize = (1 << 19) - 2;
+/// Flash addresses are kept in units of this many bytes.
+const ALIGN: u64 = 8;
+/// The unit of a read: records of at most this size never straddle one.
+pub(crate) const BLOCK: usize = 4096;
+pub(crate) const RECORD_HEADER: usize = 12;
+/// Write buffers at most, the one filling included: a bound of `WRITE_BUFFERS *
+/// ext_wbuf_size` bytes outside `-m`.
+pub(crate) const WRITE_BUFFERS: usize = 4;
+
+#[inline(always)]
+pub(crate) fn is_flash(location: u64) -> bool {
+    location & FLASH_BIT != 0
+}
+
+/// How a flash address and check bits share an index entry's 39 location bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlashGeometry {
+    addr_bits: u32,
+    check_bits: u32,
+}
+
+impl FlashGeometry {
+    fn of(total_bytes: u64) -> Result<FlashGeometry, StoreError> {
+        let units = total_bytes.div_ceil(ALIGN).max(2);
+        let addr_bits = 64 - (units - 1).leading_zeros();
+        if addr_bits > 39 {
+            return Err(StoreError::Flash(format!(
+                "ext_path: {total_bytes} bytes of flash is more than an index entry can address (4 TiB)"
+            )));
+        }
+        Ok(FlashGeometry {
+            addr_bits,
+            check_bits: 39 - addr_bits,
+        })
+    }
+
+    /// The location bits of an item at flash address `addr` whose key hashed to `hash`.
+    pub(crate) fn pack(&self, addr: u64, hash: u64) -> u64 {
+        FLASH_BIT | ((self.check_of(hash) as u64) << self.addr_bits) | (addr / ALIGN)
+    }
+
+    pub(crate) fn addr_of(&self, location: u64) -> u64 {
+        (location & ((1 << self.addr_bits) - 1)) * ALIGN
+    }
+
+    /// The check bits an entry for a key of this hash carries: bits 8 and up, clear of the
+    /// shard (the low bits) and of the tag (the top 24).
+    pub(crate) fn check_of(&self, hash: u64) -> u32 {
+        ((hash >> 8) & ((1u64 << self.check_bits) - 1)) as u32
+    }
+
+    /// Whether the entry at `location` may be the key of this hash.
+    pub(crate) fn may_be(&self, location: u64, hash: u64) -> bool {
+        is_flash(location)
+            && ((location >> self.addr_bits) & ((1u64 << self.check_bits) - 1)) as u32
+                == self.check_of(hash)
+    }
+
+    #[cfg(test)]
+    fn check_bits(&self) -> u32 {
+        self.check_bits
+    }
+}
+
+/// Bytes in memory aligned to a page, as O_DIRECT wants them: an anonymous mapping.
+pub(crate) struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its mapping outright; access goes through &/&mut self.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub(crate) fn new(len: usize) -> std::io::Result<AlignedBuf> {
+        let len = len.max(BLOCK).next_multiple_of(BLOCK);
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(AlignedBuf {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable for the buffer's life.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no slice outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+const PAGE_FREE: u32 = 0;
+const PAGE_FILLING: u32 = 1;
+const PAGE_FULL: u32 = 2;
+
+/// One page's bookkeeping, in memory.
+#[derive(Default)]
+pub(crate) struct PageMeta {
+    pub(crate) version: AtomicU64,
+    state: AtomicU32,
+    /// Records written into it whose index entry still points there.
+    pub(crate) live: AtomicU64,
+    /// Records written into it since it was opened.
+    pub(crate) objects: AtomicU64,
+    /// Bytes of it written (records and padding).
+    pub(crate) fill: AtomicU64,
+    /// Its last buffer was written; it is full once no earlier one still waits (with several
+    /// threads writing, buffers may finish out of order).
+    closed: std::sync::atomic::AtomicBool,
+    /// Its bucket, as memcached's `stats extstore` reports it (0: the default; compacted
+    /// items go to 1).
+    bucket: AtomicU32,
+}
+
+/// A full write buffer waiting for (or in) its write.
+struct Sealed {
+    data: Arc<AlignedBuf>,
+    addr: u64,
+    len: usize,
+    page: u32,
+    /// The page's last buffer: once written, the page is full.
+    closes_page: bool,
+    writing: bool,
+}
+
+/// The buffer items are being appended to.
+struct Filling {
+    buf: AlignedBuf,
+    addr: u64,
+    fill: usize,
+    page: u32,
+}
+
+struct Writer {
+    filling: Option<Filling>,
+    /// The page being filled and how many of its bytes buffers took.
+    page: Option<(u32, u64)>,
+    spare: Vec<AlignedBuf>,
+    sealed: VecDeque<Sealed>,
+    free_pages: VecDeque<u32>,
+    /// Full pages, oldest first.
+    full_pages: VecDeque<u32>,
+    next_version: u64,
+}
+
+/// Counters the flash tier keeps itself (the rest are the pages' sums).
+#[derive(Default)]
+pub(crate) struct FlashCounters {
+    pub(crate) page_allocs: AtomicU64,
+    pub(crate) page_evictions: AtomicU64,
+    pub(crate) page_reclaims: AtomicU64,
+    pub(crate) objects_evicted: AtomicU64,
+    pub(crate) objects_read: AtomicU64,
+    pub(crate) objects_written: AtomicU64,
+    pub(crate) bytes_evicted: AtomicU64,
+    pub(crate) bytes_written: AtomicU64,
+    pub(crate) bytes_read: AtomicU64,
+    pub(crate) compact_lost: AtomicU64,
+    pub(crate) compact_rescues: AtomicU64,
+    pub(crate) compact_skipped: AtomicU64,
+    pub(crate) gets: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) bad_crc: AtomicU64,
+    pub(crate) recaches: AtomicU64,
+    pub(crate) false_reads: AtomicU64,
+    /// Reads since start, for `ext_recache_rate`.
+    pub(crate) reads: AtomicU64,
+}
+
+pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Relaxed);
+}
+
+/// The flash tier: its files, pages, buffers and counters.
+pub(crate) struct Flash {
+    files: Vec<File>,
+    /// Per file, its first page's number.
+    first_page: Vec<u32>,
+    pub(crate) page_size: u64,
+    wbuf_size: usize,
+    pub(crate) geometry: FlashGeometry,
+    pub(crate) pages: Box<[PageMeta]>,
+    writer: Mutex<Writer>,
+    pub(crate) knobs: FlashKnobs,
+    pub(crate) counters: FlashCounters,
+}
+
+/// A record read back from flash: the item's bytes.
+pub(crate) struct Record {
+    buf: AlignedBuf,
+    start: usize,
+    len: usize,
+}
+
+impl Record {
+    pub(crate) fn item(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// What reading a record found.
+pub(crate) enum ReadOutcome {
+    Record(Record),
+    /// The CRC did not match: damaged.
+    Bad,
+    /// The page's version did not match: a record from an earlier life of the page, whose
+    /// entry the page's live count no longer counts.
+    Stale,
+}
+
+impl Flash {
+    pub(crate) fn open(config: &FlashConfig) -> Result<Flash, StoreError> {
+        let fail = |msg: String| StoreError::Flash(msg);
+        if config.files.is_empty() {
+            return Err(fail("ext_path: no file given".into()));
+        }
+        let page_size = config.page_size as u64;
+        if page_size == 0 || page_size % BLOCK as u64 != 0 {
+            return Err(fail(format!(
+                "ext_page_size must be a positive multiple of {BLOCK} bytes"
+            )));
+        }
+        let wbuf_size = config.wbuf_size;
+        if wbuf_size == 0 || wbuf_size % BLOCK != 0 || wbuf_size as u64 > page_size {
+            return Err(fail(format!(
+                "ext_wbuf_size must be a positive multiple of {BLOCK} bytes, at most ext_page_size"
+            )));
+        }
+        let mut files = Vec::new();
+        let mut first_page = Vec::new();
+        let mut pages = 0u64;
+        for f in &config.files {
+            let in_file = f.bytes / page_size;
+            if in_file == 0 {
+                return Err(fail(format!(
+                    "ext_path {}: {} bytes hold no {page_size}-byte page",
+                    f.path.display(),
+                    f.bytes
+                )));
+            }
+            let file = open_file(&f.path, in_file * page_size)?;
+            first_page.push(pages as u32);
+            pages += in_file;
+            files.push(file);
+        }
+        let geometry = FlashGeometry::of(pages * page_size)?;
+        let spare = (0..WRITE_BUFFERS)
+            .map(|_| AlignedBuf::new(wbuf_size))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| fail(format!("ext_wbuf_size: cannot map write buffers: {e}")))?;
+        Ok(Flash {
+            files,
+            first_page,
+            page_size,
+            wbuf_size,
+            geometry,
+            pages: (0..pages).map(|_| PageMeta::default()).collect(),
+            writer: Mutex::new(Writer {
+                filling: None,
+                page: None,
+                spare,
+                sealed: VecDeque::new(),
+                free_pages: (0..pages as u32).collect(),
+                full_pages: VecDeque::new(),
+                next_version: 1,
+            }),
+            knobs: FlashKnobs::new(&config.knobs),
+            counters: FlashCounters::default(),
+        })
+    }
+
+    pub(crate) fn page_of(&self, addr: u64) -> u32 {
+        (addr / self.page_size) as u32
+    }
+
+    pub(crate) fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    fn file_at(&self, addr: u64) -> (&File, u64) {
+        let page = self.page_of(addr);
+        let i = self.first_page.partition_point(|&first| first <= page) - 1;
+        let within = addr - self.first_page[i] as u64 * self.page_size;
+        (&self.files[i], within)
+    }
+
+    /// Appends a record of an `len`-byte item, which `write` fills in, to the filling buffer;
+    /// its flash address, or `None` when flash has no room now (no buffer or page free).
+    pub(crate) fn append(&self, len: usize, write: impl FnOnce(&mut [u8])) -> Option<u64> {
+        let size = (RECORD_HEADER + len).next_multiple_of(ALIGN as usize);
+        if size > self.wbuf_size {
+            return None;
+        }
+        let mut w = self.writer.lock();
+        let at = loop {
+            if let Some(f) = &mut w.filling {
+                let mut at = f.fill;
+                if size <= BLOCK && at % BLOCK + size > BLOCK {
+                    at = at.next_multiple_of(BLOCK);
+                }
+                if at + size <= self.wbuf_size {
+                    break at;
+                }
+                self.seal(&mut w);
+            }
+            if !self.start_buffer(&mut w) {
+                return None;
+            }
+        };
+        let f = w.filling.as_mut().expect("a filling buffer");
+        let page = &self.pages[f.page as usize];
+        let version = page.version.load(Relaxed) as u32;
+        // The buffer was zeroed when taken: padding before and after the record reads as such.
+        let record = &mut f.buf[at..at + size];
+        write(&mut record[RECORD_HEADER..RECORD_HEADER + len]);
+        record[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        record[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32fast::hash(&record[4..RECORD_HEADER + len]);
+        record[..4].copy_from_slice(&crc.to_le_bytes());
+        f.fill = at + size;
+        let addr = f.addr + at as u64;
+        page.live.fetch_add(1, Relaxed);
+        page.objects.fetch_add(1, Relaxed);
+        bump(&self.counters.objects_written, 1);
+        bump(&self.counters.bytes_written, size as u64);
+        Some(addr)
+    }
+
+    /// Seals the filling buffer: it waits for a background write.
+    fn seal(&self, w: &mut Writer) {
+        let Some(f) = w.filling.take() else { return };
+        let (page, used) = w.page.expect("a page is filling");
+        let closes_page = used + self.wbuf_size as u64 > self.page_size;
+        self.pages[f.page as usize]
+            .fill
+            .fetch_add(self.wbuf_size as u64, Relaxed);
+        if closes_page {
+            w.page = None;
+        }
+        debug_assert_eq!(page, f.page);
+        w.sealed.push_back(Sealed {
+            data: Arc::new(f.buf),
+            addr: f.addr,
+            len: self.wbuf_size,
+            page: f.page,
+            closes_page,
+            writing: false,
+        });
+    }
+
+    /// Takes a spare buffer and the next stretch of a page for it; false when either is
+    /// missing.
+    fn start_buffer(&self, w: &mut Writer) -> bool {
+        if w.spare.is_empty() {
+            return false;
+        }
+        let (page, used) = match w.page {
+            Some(p) => p,
+            None => {
+                let Some(page) = w.free_pages.pop_front() else {
+                    return false;
+                };
+                let meta = &self.pages[page as usize];
+                meta.version.store(w.next_version, Relaxed);
+                w.next_version += 1;
+                meta.state.store(PAGE_FILLING, Relaxed);
+                meta.live.store(0, Relaxed);
+                meta.objects.store(0, Relaxed);
+                meta.fill.store(0, Relaxed);
+                bump(&self.counters.page_allocs, 1);
+                (page, 0)
+            }
+        };
+        let mut buf = w.spare.pop().expect("checked");
+        buf.fill(0);
+        w.page = Some((page, used + self.wbuf_size as u64));
+        w.filling = Some(Filling {
+            buf,
+            addr: page as u64 * self.page_size + used,
+            fill: 0,
+            page,
+        });
+        true
+    }
+
+    /// Writes the oldest sealed buffer no other thread is writing; false when there is none.
+    pub(crate) fn write_one(&self) -> std::io::Result<bool> {
+        let (data, addr, len) = {
+            let mut w = self.writer.lock();
+            let Some(s) = w.sealed.iter_mut().find(|s| !s.writing) else {
+                return Ok(false);
+            };
+            s.writing = true;
+            (s.data.clone(), s.addr, s.len)
+        };
+        let (file, at) = self.file_at(addr);
+        let written = file.write_all_at(&data[..len], at);
+        let mut w = self.writer.lock();
+        let i = w
+            .sealed
+            .iter()
+            .position(|s| s.addr == addr)
+            .expect("a buffer being written stays sealed");
+        if let Err(e) = written {
+            w.sealed[i].writing = false;
+            return Err(e);
+        }
+        let s = w.sealed.remove(i).expect("found");
+        let meta = &self.pages[s.page as usize];
+        if s.closes_page {
+            meta.closed.store(true, Relaxed);
+        }
+        if meta.closed.load(Relaxed) && !w.sealed.iter().any(|other| other.page == s.page) {
+            meta.closed.store(false, Relaxed);
+            meta.state.store(PAGE_FULL, Relaxed);
+            w.full_pages.push_back(s.page);
+            self.free_if_empty(&mut w, s.page);
+        }
+        drop(data);
+        let buf = Arc::try_unwrap(s.data)
+            .unwrap_or_else(|_| unreachable!("readers copy under the lock and keep no clone"));
+        w.spare.push(buf);
+        Ok(true)
+    }
+
+    /// Seals a partly filled buffer so that it is written (a clean stop, a quiet tier).
+    pub(crate) fn seal_partial(&self) {
+        let mut w = self.writer.lock();
+        if w.filling.as_ref().is_some_and(|f| f.fill > 0) {
+            self.seal(&mut w);
+        }
+    }
+
+    /// Buffers sealed and not yet written.
+    pub(crate) fn queued(&self) -> usize {
+        self.writer.lock().sealed.len()
+    }
+
+    /// An index entry for a record at `addr` went away.
+    pub(crate) fn forget(&self, addr: u64) {
+        let page = self.page_of(addr);
+        let meta = &self.pages[page as usize];
+        let before = meta
+            .live
+            .fetch_update(Relaxed, Relaxed, |live| Some(live.saturating_sub(1)))
+            .expect("always updates");
+        if before == 1 && meta.state.load(Relaxed) == PAGE_FULL {
+            let mut w = self.writer.lock();
+            self.free_if_empty(&mut w, page);
+        }
+    }
+
+    fn free_if_empty(&self, w: &mut Writer, page: u32) {
+        let meta = &self.pages[page as usize];
+        if meta.live.load(Relaxed) == 0 && meta.state.load(Relaxed) == PAGE_FULL {
+            self.release_page(w, page);
+            bump(&self.counters.page_reclaims, 1);
+        }
+    }
+
+    fn release_page(&self, w: &mut Writer, page: u32) {
+        let meta = &self.pages[page as usize];
+        meta.state.store(PAGE_FREE, Relaxed);
+        meta.bucket.store(0, Relaxed);
+        w.full_pages.retain(|&p| p != page);
+        w.free_pages.push_back(page);
+    }
+
+    /// Free pages now.
+    pub(crate) fn pages_free(&self) -> usize {
+        self.writer.lock().free_pages.len()
+    }
+
+    /// A full page to empty: with `by_fragmentation`, the emptiest one whose live share is
+    /// under `max_frag`, else the oldest. Taken out of the full list (the caller empties it
+    /// and hands it back with `finish_page`).
+    pub(crate) fn take_victim(&self, by_fragmentation: Option<f64>) -> Option<u32> {
+        let mut w = self.writer.lock();
+        let pick = match by_fragmentation {
+            None => w.full_pages.front().copied(),
+            Some(max_frag) => w
+                .full_pages
+                .iter()
+                .copied()
+                .filter(|&p| self.live_share(p) < max_frag)
+                .min_by(|&a, &b| self.live_share(a).total_cmp(&self.live_share(b))),
+        }?;
+        w.full_pages.retain(|&p| p != pick);
+        // Not FULL while it is emptied, so `forget` leaves it to `finish_page`.
+        self.pages[pick as usize].state.store(PAGE_FILLING, Relaxed);
+        Some(pick)
+    }
+
+    fn live_share(&self, page: u32) -> f64 {
+        let meta = &self.pages[page as usize];
+        let objects = meta.objects.load(Relaxed).max(1);
+        meta.live.load(Relaxed) as f64 / objects as f64
+    }
+
+    /// A page emptied by eviction or compaction goes back to the free list.
+    pub(crate) fn finish_page(&self, page: u32) {
+        let mut w = self.writer.lock();
+        self.release_page(&mut w, page);
+    }
+
+    /// The page's bytes from `from`, `buf.len()` of them, read into `buf` (page read-back).
+    pub(crate) fn read_page(
+        &self,
+        page: u32,
+        from: u64,
+        buf: &mut AlignedBuf,
+    ) -> std::io::Result<()> {
+        let (file, at) = self.file_at(page as u64 * self.page_size + from);
+        let len = buf.len();
+        file.read_exact_at(&mut buf[..len], at)
+    }
+
+    pub(crate) fn wbuf_size(&self) -> usize {
+        self.wbuf_size
+    }
+
+    /// Reads the record at `addr`: from a buffer not yet written, else from its file with
+    /// one aligned read (two for a record larger than what the first brought).
+    pub(crate) fn read(&self, addr: u64) -> std::io::Result<ReadOutcome> {
+        let page = &self.pages[self.page_of(addr) as usize];
+        let version = page.version.load(Relaxed) as u32;
+        let block = addr - addr % BLOCK as u64;
+        let skip = (addr - block) as usize;
+        let mut buf = match self.read_buffered(block, BLOCK)? {
+            Some(buf) => buf,
+            None => {
+                let mut buf = AlignedBuf::new(BLOCK)?;
+                let (file, at) = self.file_at(block);
+                file.read_exact_at(&mut buf[..BLOCK], at)?;
+                buf
+            }
+        };
+        let len = u32::from_le_bytes(buf[skip + 4..skip + 8].try_into().expect("4 bytes")) as usize;
+        let end = skip + RECORD_HEADER + len;
+        if len == 0 || end > self.wbuf_size.max(BLOCK) + BLOCK {
+            return Ok(ReadOutcome::Stale);
+        }
+        if end > BLOCK {
+            let whole = end.next_multiple_of(BLOCK);
+            buf = match self.read_buffered(block, whole)? {
+                Some(buf) => buf,
+                None => {
+                    let mut buf = AlignedBuf::new(whole)?;
+                    let (file, at) = self.file_at(block);
+                    file.read_exact_at(&mut buf[..whole], at)?;
+                    buf
+                }
+            };
+        }
+        bump(&self.counters.objects_read, 1);
+        bump(&self.counters.bytes_read, (RECORD_HEADER + len) as u64);
+        Ok(check_record(buf, skip, version))
+    }
+
+    /// `len` bytes at `addr` if a buffer not yet written holds them.
+    fn read_buffered(&self, addr: u64, len: usize) -> std::io::Result<Option<AlignedBuf>> {
+        let w = self.writer.lock();
+        let within =
+            |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
+        let source: Option<&[u8]> = match &w.filling {
+            Some(f) if within(f.addr, self.wbuf_size) => {
+                Some(&f.buf[(addr - f.addr) as usize..][..len])
+            }
+            _ => w
+                .sealed
+                .iter()
+                .find(|s| within(s.addr, s.len))
+                .map(|s| &s.data[(addr - s.addr) as usize..][..len]),
+        };
+        let Some(bytes) = source else {
+            return Ok(None);
+        };
+        let mut buf = AlignedBuf::new(len)?;
+        buf[..len].copy_from_slice(bytes);
+        Ok(Some(buf))
+    }
+
+    pub(crate) fn page_info(&self) -> Vec<FlashPageInfo> {
+        self.pages
+            .iter()
+            .map(|p| {
+                let free = p.state.load(Relaxed) == PAGE_FREE;
+                FlashPageInfo {
+                    version: if free { 0 } else { p.version.load(Relaxed) },
+                    bytes_used: if free { 0 } else { self.live_bytes(p) },
+                    bucket: p.bucket.load(Relaxed),
+                    free,
+                }
+            })
+            .collect()
+    }
+
+    /// A page's live bytes, estimated from its live share of the records written into it (a
+    /// record's size is on flash, not in memory).
+    pub(crate) fn live_bytes(&self, p: &PageMeta) -> u64 {
+        let objects = p.objects.load(Relaxed);
+        if objects == 0 {
+            return 0;
+        }
+        p.fill.load(Relaxed) * p.live.load(Relaxed).min(objects) / objects
+    }
+
+    pub(crate) fn set_bucket(&self, page: u32, bucket: u32) {
+        self.pages[page as usize].bucket.store(bucket, Relaxed);
+    }
+
+    #[cfg(test)]
+    fn is_full(&self, page: u32) -> bool {
+        self.pages[page as usize].state.load(Relaxed) == PAGE_FULL
+    }
+}
+
+/// The record at `skip` in `buf`, if its CRC and version hold.
+fn check_record(buf: AlignedBuf, skip: usize, version: u32) -> ReadOutcome {
+    let header = &buf[skip..skip + RECORD_HEADER];
+    let crc = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    let stored_version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+    let end = skip + RECORD_HEADER + len;
+    if end > buf.len() || crc32fast::hash(&buf[skip + 4..end]) != crc {
+        return ReadOutcome::Bad;
+    }
+    if stored_version != version {
+        return ReadOutcome::Stale;
+    }
+    ReadOutcome::Record(Record {
+        buf,
+        start: skip + RECORD_HEADER,
+        len,
+    })
+}
+
+/// The records of a page's chunk read back: `(offset in chunk, item bytes)` of each whose
+/// CRC and version hold.
+pub(crate) fn records_in(chunk: &[u8], version: u32) -> impl Iterator<Item = (usize, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        if at + RECORD_HEADER > chunk.len() {
+            return None;
+        }
+        let len = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        if len == 0 {
+            at = (at + 1).next_multiple_of(BLOCK);
+            continue;
+        }
+        let start = at;
+        let end = at + RECORD_HEADER + len;
+        if end > chunk.len() {
+            return None;
+        }
+        at = end.next_multiple_of(ALIGN as usize);
+        let crc = u32::from_le_bytes(chunk[start..start + 4].try_into().expect("4 bytes"));
+        let stored_version =
+            u32::from_le_bytes(chunk[start + 8..start + 12].try_into().expect("4 bytes"));
+        if stored_version == version && crc32fast::hash(&chunk[start + 4..end]) == crc {
+            return Some((start, &chunk[start + RECORD_HEADER..end]));
+        }
+    })
+}
+
+/// Opens (creating and sizing) a flash file, O_DIRECT where the file system allows it, and
+/// locks it so that a second server cannot use it.
+fn open_file(path: &std::path::Path, bytes: u64) -> Result<File, StoreError> {
+    let fail = |what: &str, e: std::io::Error| {
+        StoreError::Flash(format!("ext_path {}: {what}: {e}", path.display()))
+    };
+    let open = |direct: bool| {
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        if direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        options.open(path)
+    };
+    // tmpfs and some others refuse O_DIRECT: the page cache serves reads there.
+    let file = match open(true) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false),
+        other => other,
+    }
+    .map_err(|e| fail("cannot open", e))?;
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(fail(
+            "in use by another process",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    file.set_len(bytes).map_err(|e| fail("cannot size", e))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mechanics::flash_config::FlashFile;
+
+    fn flash(dir: &std::path::Path, pages: u64) -> Flash {
+        Flash::open(&FlashConfig {
+            files: vec![FlashFile {
+                path: dir.join("flash"),
+                bytes: pages << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            ..FlashConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tern-flash-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn item(n: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (n * 31 + i) as u8).collect()
+    }
+
+    #[test]
+    fn records_read_back_from_buffers_and_from_the_file_alike() {
+        let dir = temp_dir("roundtrip");
+        let f = flash(&dir, 4);
+        let sizes = [10, 4000, 4084, 5000, 70_000, 100];
+        let addrs: Vec<u64> = sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &len)| {
+                f.append(len, |out| out.copy_from_slice(&item(n, len)))
+                    .unwrap()
+            })
+            .collect();
+        let check = |f: &Flash| {
+            for (n, (&addr, &len)) in addrs.iter().zip(&sizes).enumerate() {
+                match f.read(addr).unwrap() {
+                    ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, len), "record {n}"),
+                    ReadOutcome::Bad | ReadOutcome::Stale => panic!("record {n} failed its check"),
+                }
+            }
+        };
+        check(&f);
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        check(&f);
+        // Small records never straddle a block.
+        for (&addr, &len) in addrs.iter().zip(&sizes) {
+            if RECORD_HEADER + len <= BLOCK {
+                assert!(addr % BLOCK as u64 + (RECORD_HEADER + len) as u64 <= BLOCK as u64);
+            }
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_page_written_again_fails_the_old_records_check() {
+        let dir = temp_dir("reuse");
+        let f = flash(&dir, 1);
+        let old = f.append(100, |out| out.fill(7)).unwrap();
+        // Fill the page's four buffers, then write them: the page is full.
+        let mut filled = Vec::new();
+        while let Some(addr) = f.append(200_000, |out| out.fill(1)) {
+            filled.push(addr);
+        }
+        let beyond_first_buffer = *filled.iter().find(|&&a| a >= 256 << 10).unwrap();
+        while f.write_one().unwrap() {}
+        let page = f.page_of(old);
+        assert!(f.is_full(page));
+        assert_eq!(f.take_victim(None), Some(page));
+        f.finish_page(page);
+        let new = f.append(100, |out| out.fill(9)).unwrap();
+        assert_eq!(new, old, "the page is used again from its start");
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        match f.read(old).unwrap() {
+            ReadOutcome::Record(r) => assert_eq!(r.item(), &[9; 100][..]),
+            ReadOutcome::Bad | ReadOutcome::Stale => panic!("the new record must read"),
+        }
+        // Damage: the CRC catches a flipped byte.
+        let (file, at) = f.file_at(old);
+        let mut byte = [0u8; 1];
+        let path = dir.join("flash");
+        let plain = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        plain.read_exact_at(&mut byte, at + 20).unwrap();
+        plain.write_all_at(&[byte[0] ^ 1], at + 20).unwrap();
+        drop((file, plain));
+        assert!(matches!(f.read(old).unwrap(), ReadOutcome::Bad));
+        // A record of the page's earlier life, still on the file, reads as stale.
+        assert!(matches!(
+            f.read(beyond_first_buffer).unwrap(),
+            ReadOutcome::Stale
+        ));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_second_opener_of_a_file_is_refused() {
+        let dir = temp_dir("lock");
+        let _first = flash(&dir, 1);
+        let second = Flash::open(&FlashConfig {
+            files: vec![FlashFile {
+                path: dir.join("flash"),
+                bytes: 1 << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            ..FlashConfig::default()
+        });
+        assert!(matches!(second, Err(StoreError::Flash(m)) if m.contains("in use")));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn entries_carry_the_address_and_the_spare_bits_of_the_hash() {
+        let g = FlashGeometry::of(4 << 30).unwrap();
+        assert_eq!(g.check_bits(), 10);
+        let hash = 0x1234_5678_9abc_def0;
+        let packed = g.pack(4096 * 77 + 24, hash);
+        assert!(is_flash(packed) && packed < 1 << 40);
+        assert_eq!(g.addr_of(packed), 4096 * 77 + 24);
+        assert!(g.may_be(packed, hash));
+        assert!(!g.may_be(packed, hash ^ (1 << 8)));
+        assert!(FlashGeometry::of(8 << 40).is_err());
+    }
+
+    #[test]
+    fn chunks_read_back_list_their_records() {
+        let dir = temp_dir("records");
+        let f = flash(&dir, 1);
+        let a = f.append(50, |out| out.fill(1)).unwrap();
+        let b = f.append(4080, |out| out.fill(2)).unwrap();
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        let page = f.page_of(a);
+        let mut buf = AlignedBuf::new(f.wbuf_size()).unwrap();
+        f.read_page(page, 0, &mut buf).unwrap();
+        let version = f.pages[page as usize].version.load(Relaxed) as u32;
+        let found: Vec<(usize, usize)> = records_in(&buf, version)
+            .map(|(at, item)| (at, item.len()))
+            .collect();
+        assert_eq!(found, vec![(a as usize, 50), (b as usize, 4080)]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,244 @@
+//! The flash tier through the store's API: items evicted from memory stay readable from flash,
+//! every command treats them as memcached's extstore does, and the background work writes,
+//! evicts and compacts pages.
+
+mod common;
+
+use common::{set, stamped, store_with, verify, T0};
+use tern_store::{
+    Arith, ArithError, Config, Expiry, FlashConfig, FlashFile, FlashSettings, Miss, Refused, Store,
+    StoreOp, StoreOutcome,
+};
+
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir =
+            std::env::temp_dir().join(format!("tern-store-flash-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A 4 MiB heap in front of `flash_mib` of flash in 1 MiB pages.
+fn flash_store(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Store {
+    store_with(Config {
+        heap_bytes: 4 << 20,
+        shards: 4,
+        flash: Some(FlashConfig {
+            files: vec![FlashFile {
+                path: dir.0.join("flash"),
+                bytes: flash_mib << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            io_threads: 1,
+            knobs,
+        }),
+        ..Config::default()
+    })
+}
+
+fn knobs() -> FlashSettings {
+    FlashSettings {
+        item_size: 64,
+        ..FlashSettings::default()
+    }
+}
+
+/// Runs the background work until it has nothing left to do.
+fn settle(s: &Store) {
+    for _ in 0..10_000 {
+        if !s.flash_work().is_zero() {
+            return;
+        }
+    }
+    panic!("the flash tier never settled");
+}
+
+fn get(s: &Store, key: &[u8]) -> Option<Vec<u8>> {
+    s.get(key, |item| item.value.to_vec()).ok()
+}
+
+fn key(n: u32) -> Vec<u8> {
+    format!("key:{n}").into_bytes()
+}
+
+/// Sets `count` 1 KiB items (several times the heap), letting the background work run now
+/// and then as its threads would.
+fn fill(s: &Store, count: u32) {
+    for n in 0..count {
+        assert!(matches!(
+            set(s, &key(n), &stamped(n, 0, 1000)),
+            StoreOutcome::Stored { .. }
+        ));
+        if n % 64 == 0 {
+            settle(s);
+        }
+    }
+    settle(s);
+}
+
+#[test]
+fn items_evicted_from_memory_are_read_from_flash() {
+    let dir = Dir::new("read");
+    let s = flash_store(&dir, 32, knobs());
+    fill(&s, 16_000);
+    let flash = s.flash_stats().unwrap();
+    assert!(flash.objects_written > 10_000, "{flash:?}");
+    for n in 0..16_000 {
+        let value = get(&s, &key(n)).unwrap_or_else(|| panic!("key {n} lost"));
+        verify(n, &value);
+    }
+    let after = s.flash_stats().unwrap();
+    assert!(after.gets > 10_000 && after.bad_crc == 0, "{after:?}");
+    assert_eq!(s.stats().curr_items, 16_000);
+    assert_eq!(s.stats().evictions, 0);
+}
+
+#[test]
+fn commands_treat_items_on_flash_as_memcached_extstore_does() {
+    let dir = Dir::new("commands");
+    let s = flash_store(&dir, 32, knobs());
+    fill(&s, 12_000);
+    // The first keys went to flash first.
+    let cas = s.get(&key(1)[..], |item| item.cas()).unwrap();
+    assert_ne!(cas, 0);
+    // gets keeps the CAS it had in memory: a cas with it replaces the item.
+    let replaced = s.store_with_cas(StoreOp::Cas(cas), &key(1), 0, Expiry::NEVER, b"new", None);
+    assert!(
+        matches!(replaced, StoreOutcome::Stored { .. }),
+        "{replaced:?}"
+    );
+    assert_eq!(get(&s, &key(1)).unwrap(), b"new");
+    // incr/decr, append and prepend refuse an item on flash, as memcached's extstore does.
+    assert_eq!(
+        s.incr_decr(&key(2), Arith::Incr, 1, None, None),
+        Err(ArithError::NonNumeric)
+    );
+    assert_eq!(
+        s.store(StoreOp::Append(None), &key(2), 0, Expiry::NEVER, b"x"),
+        StoreOutcome::NotStored
+    );
+    verify(2, &get(&s, &key(2)).unwrap());
+    // add refuses, replace replaces, delete deletes, set overwrites.
+    assert_eq!(
+        s.store(StoreOp::Add, &key(3), 0, Expiry::NEVER, b"x"),
+        StoreOutcome::NotStored
+    );
+    verify(3, &get(&s, &key(3)).unwrap());
+    assert!(matches!(
+        s.store(StoreOp::Replace, &key(4), 0, Expiry::NEVER, b"r"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(get(&s, &key(4)).unwrap(), b"r");
+    assert!(s.delete(&key(5)));
+    assert_eq!(get(&s, &key(5)), None);
+    assert!(!s.delete(&key(5)));
+    assert_eq!(s.delete_checked(&key(6), Some(1)), Err(Refused::Exists));
+    assert!(matches!(
+        set(&s, &key(7), b"seven"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(get(&s, &key(7)).unwrap(), b"seven");
+    // touch brings the item back with its new deadline.
+    assert!(s.touch(&key(8), Expiry::from_exptime(100, T0)));
+    let expiry = s.get(&key(8)[..], |item| item.expiry).unwrap();
+    assert_eq!(expiry, Expiry::from_exptime(100, T0));
+    verify(8, &get(&s, &key(8)).unwrap());
+    // Meta's marks: invalidating keeps the value, marked stale.
+    s.invalidate(&key(9), None, None, None).unwrap();
+    assert!(s.get(&key(9)[..], |item| item.stale).unwrap());
+    // A miss stays a miss.
+    assert_eq!(s.get(b"never stored", |_| ()), Err(Miss::NotFound));
+    let stats = s.flash_stats().unwrap();
+    assert_eq!(stats.bad_crc, 0);
+    // flush_all forgets what flash holds.
+    s.flush_all(0);
+    assert_eq!(get(&s, &key(100)), None);
+    assert_eq!(s.flash_stats().unwrap().objects_used, 0);
+}
+
+#[test]
+fn a_full_flash_evicts_its_oldest_page() {
+    let dir = Dir::new("evict");
+    let s = flash_store(&dir, 8, knobs());
+    fill(&s, 30_000);
+    let stats = s.flash_stats().unwrap();
+    assert!(
+        stats.page_evictions > 0 && stats.objects_evicted > 0,
+        "{stats:?}"
+    );
+    // The newest keys are all there, every value read is its own.
+    for n in 0..30_000 {
+        if let Some(value) = get(&s, &key(n)) {
+            verify(n, &value);
+        } else {
+            assert!(n < 25_000, "recent key {n} lost");
+        }
+    }
+}
+
+#[test]
+fn compaction_rewrites_live_items_of_fragmented_pages() {
+    let dir = Dir::new("compact");
+    let s = flash_store(
+        &dir,
+        16,
+        FlashSettings {
+            compact_under: 8,
+            max_frag: 0.9,
+            ..knobs()
+        },
+    );
+    fill(&s, 10_000);
+    assert_eq!(s.flash_stats().unwrap().page_evictions, 0);
+    for n in (0..10_000).filter(|n| n % 2 == 0) {
+        s.delete(&key(n));
+    }
+    for _ in 0..100 {
+        settle(&s);
+    }
+    let stats = s.flash_stats().unwrap();
+    assert!(
+        stats.compact_rescues > 0 && stats.page_evictions == 0,
+        "{stats:?}"
+    );
+    for n in (0..10_000).filter(|n| n % 2 == 1) {
+        verify(
+            n,
+            &get(&s, &key(n)).unwrap_or_else(|| panic!("key {n} lost")),
+        );
+    }
+}
+
+#[test]
+fn idle_items_go_to_flash_before_memory_runs_out() {
+    let dir = Dir::new("idle");
+    let s = flash_store(
+        &dir,
+        16,
+        FlashSettings {
+            item_age: 0,
+            ..knobs()
+        },
+    );
+    for n in 0..100 {
+        set(&s, &key(n), &stamped(n, 0, 1000));
+    }
+    set(&s, b"small", b"stays in memory");
+    settle(&s);
+    assert_eq!(s.flash_stats().unwrap().objects_written, 100);
+    for n in 0..100 {
+        verify(n, &get(&s, &key(n)).unwrap());
+    }
+    assert_eq!(get(&s, b"small").unwrap(), b"stays in memory");
+}
