@@ -242,3 +242,78 @@ fn idle_items_go_to_flash_before_memory_runs_out() {
     }
     assert_eq!(get(&s, b"small").unwrap(), b"stays in memory");
 }
+
+#[test]
+fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = Dir::new("stress");
+    let s = flash_store(
+        &dir,
+        12,
+        FlashSettings {
+            compact_under: 4,
+            recache_rate: 50,
+            item_age: 1,
+            ..knobs()
+        },
+    );
+    let stop = AtomicBool::new(false);
+    const KEYS: u32 = 12_000;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if s.flash_work().is_zero() {
+                    continue;
+                }
+                std::thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..3u32)
+            .map(|t| {
+                let s = &s;
+                scope.spawn(move || {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(t);
+                    for i in 0..60_000u32 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let n = (x % u64::from(KEYS)) as u32;
+                        let k = key(n);
+                        match x >> 60 {
+                            0..=5 => {
+                                set(s, &k, &stamped(n, i, 600 + (x >> 40) as usize % 900));
+                            }
+                            6 => {
+                                s.delete(&k);
+                            }
+                            7 => {
+                                s.touch(&k, Expiry::NEVER);
+                            }
+                            _ => {
+                                if let Ok(value) = s.get(&k[..], |item| item.value.to_vec()) {
+                                    verify(n, &value);
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    settle(&s);
+    let stats = s.flash_stats().unwrap();
+    assert!(
+        stats.objects_written > 1_000 && stats.gets > 100,
+        "{stats:?}"
+    );
+    assert_eq!(stats.bad_crc, 0);
+    for n in 0..KEYS {
+        if let Some(value) = get(&s, &key(n)) {
+            verify(n, &value);
+        }
+    }
+}
