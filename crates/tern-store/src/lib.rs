@@ -51,6 +51,7 @@ pub use mechanics::clock;
 pub use mechanics::clock::{Clock, UnixSecs, MAX_RELATIVE_EXPTIME};
 pub use mechanics::config::{shards_for, Config, Eviction};
 pub use mechanics::error::StoreError;
+pub use mechanics::flash::FlashWaker;
 pub use mechanics::flash_config::{
     FlashConfig, FlashFile, FlashKnobs, FlashPageInfo, FlashSettings, FlashStats,
 };

@@ -317,3 +317,55 @@ fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
         }
     }
 }
+
+#[test]
+fn a_thread_that_defers_reads_never_waits_for_flash() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = Dir::new("defer");
+    let s = flash_store(&dir, 32, knobs());
+    fill(&s, 12_000);
+    let on_flash: Vec<u32> = (0..20).collect();
+    let woken = Arc::new(AtomicUsize::new(0));
+    let wake: tern_store::FlashWaker = {
+        let woken = woken.clone();
+        Arc::new(move || {
+            woken.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    // The first key's get ends at once, a miss in form, with its read noted; the other keys
+    // of the "multiget" note theirs, and one ask queues them all.
+    let first = s.defer_flash_reads(|| s.get(&key(0)[..], |item| item.value.to_vec()));
+    assert_eq!(first, Err(Miss::NotFound));
+    assert!(s.flash_deferred());
+    s.defer_flash_reads(|| {
+        for &n in &on_flash[1..] {
+            s.defer_if_on_flash(&key(n));
+        }
+    });
+    let read_before = s.flash_stats().unwrap().objects_read;
+    s.ask_deferred(&wake);
+    assert!(!s.flash_deferred());
+    assert_eq!(
+        s.flash_stats().unwrap().objects_read,
+        read_before,
+        "nothing read yet"
+    );
+    // An I/O thread reads them all, waking the asker once per key.
+    while woken.load(Ordering::SeqCst) < on_flash.len() {
+        s.serve_flash_reads(std::time::Duration::from_millis(10));
+    }
+    // The second run finds every record read: no deferral, the right values.
+    for &n in &on_flash {
+        let value = s.defer_flash_reads(|| s.get(&key(n)[..], |item| item.value.to_vec()));
+        verify(n, &value.unwrap());
+    }
+    assert!(!s.flash_deferred());
+    // A change defers the same way, and takes effect only on its second run.
+    assert!(!s.defer_flash_reads(|| s.delete(&key(30))));
+    assert!(s.flash_deferred());
+    s.ask_deferred(&wake);
+    s.serve_flash_reads(std::time::Duration::from_millis(10));
+    assert!(s.defer_flash_reads(|| s.delete(&key(30))));
+    assert_eq!(get(&s, &key(30)), None);
+}

@@ -239,6 +239,8 @@ pub(crate) struct FlashCounters {
     pub(crate) bad_crc: AtomicU64,
     pub(crate) recaches: AtomicU64,
     pub(crate) false_reads: AtomicU64,
+    /// Commands deferred for a read (`Store::defer_flash_reads`).
+    pub(crate) deferred: AtomicU64,
     /// Reads since start, for `ext_recache_rate`.
     pub(crate) reads: AtomicU64,
 }
@@ -246,6 +248,24 @@ pub(crate) struct FlashCounters {
 pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Relaxed);
 }
+
+/// Something to call when a read a worker asked for has landed (its event loop's waker).
+pub type FlashWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// Records read for workers that deferred a command (`Store::defer_flash_reads`), waiting to
+/// be taken by the command's second run, and the reads asked for and not yet done.
+#[derive(Default)]
+struct Reads {
+    /// Locations to read, each with who to wake, in the order asked.
+    queue: VecDeque<(u64, Vec<FlashWaker>)>,
+    /// What reading each location came to, oldest first; at most [`LANDED_MAX`].
+    landed: VecDeque<(u64, std::io::Result<ReadOutcome>)>,
+}
+
+/// Records read and not yet taken, at most: a worker that asked and then lost its client
+/// leaves its records here until newer ones push them out (a bound of about this many
+/// blocks, 16 MiB at 4 KiB records, outside `-m`).
+const LANDED_MAX: usize = 4096;
 
 /// The flash tier: its files, pages, buffers and counters.
 pub(crate) struct Flash {
@@ -259,6 +279,9 @@ pub(crate) struct Flash {
     writer: Mutex<Writer>,
     pub(crate) knobs: FlashKnobs,
     pub(crate) counters: FlashCounters,
+    reads: Mutex<Reads>,
+    /// Signalled when a read is queued.
+    read_queued: parking_lot::Condvar,
 }
 
 /// A record read back from flash: the item's bytes.
@@ -342,6 +365,8 @@ impl Flash {
             }),
             knobs: FlashKnobs::new(&config.knobs),
             counters: FlashCounters::default(),
+            reads: Mutex::new(Reads::default()),
+            read_queued: parking_lot::Condvar::new(),
         })
     }
 
@@ -654,6 +679,59 @@ impl Flash {
         let mut buf = AlignedBuf::new(len)?;
         buf[..len].copy_from_slice(bytes);
         Ok(Some(buf))
+    }
+
+    /// Queues reads of the records at `locations` (index entries), `wake` to be called once
+    /// each has landed; a location queued already just gains the waker.
+    pub(crate) fn ask(&self, locations: &[u64], wake: &FlashWaker) {
+        let mut reads = self.reads.lock();
+        for &location in locations {
+            if let Some((_, wakers)) = reads.queue.iter_mut().find(|(l, _)| *l == location) {
+                wakers.push(wake.clone());
+            } else if reads.landed.iter().any(|(l, _)| *l == location) {
+                // Read already: the asker runs again at once.
+                wake();
+            } else {
+                reads.queue.push_back((location, vec![wake.clone()]));
+            }
+        }
+        drop(reads);
+        self.read_queued.notify_one();
+    }
+
+    pub(crate) fn is_landed(&self, location: u64) -> bool {
+        self.reads.lock().landed.iter().any(|(l, _)| *l == location)
+    }
+
+    /// What reading `location` came to, taken.
+    pub(crate) fn take_landed(&self, location: u64) -> Option<std::io::Result<ReadOutcome>> {
+        let mut reads = self.reads.lock();
+        let at = reads.landed.iter().position(|(l, _)| *l == location)?;
+        reads.landed.remove(at).map(|(_, record)| record)
+    }
+
+    /// Waits up to `wait` for reads to be asked for, then reads every one queued, landing
+    /// what each came to and waking their askers.
+    pub(crate) fn serve_reads(&self, wait: std::time::Duration) {
+        let batch: Vec<(u64, Vec<FlashWaker>)> = {
+            let mut reads = self.reads.lock();
+            if reads.queue.is_empty() {
+                self.read_queued.wait_for(&mut reads, wait);
+            }
+            reads.queue.drain(..).collect()
+        };
+        for (location, wakers) in batch {
+            let read = self.read(self.geometry.addr_of(location));
+            let mut reads = self.reads.lock();
+            if reads.landed.len() == LANDED_MAX {
+                reads.landed.pop_front();
+            }
+            reads.landed.push_back((location, read));
+            drop(reads);
+            for wake in wakers {
+                wake();
+            }
+        }
     }
 
     pub(crate) fn page_info(&self) -> Vec<FlashPageInfo> {

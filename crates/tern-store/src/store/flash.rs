@@ -25,13 +25,14 @@
 //!
 //! Reads of flash happen on the calling thread (a synchronous `pread`).
 
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
-use crate::mechanics::flash::{bump, is_flash, AlignedBuf, Flash, ReadOutcome, Record};
+use crate::mechanics::flash::{bump, is_flash, AlignedBuf, Flash, FlashWaker, ReadOutcome, Record};
 use crate::mechanics::flash_config::{FlashKnobs, FlashPageInfo, FlashStats};
 use crate::mechanics::item::{self, Header};
 use crate::mechanics::segments::{get32, set32, Loc};
@@ -46,16 +47,83 @@ pub(crate) struct Fetched {
     pub(crate) hdr: Header,
 }
 
+thread_local! {
+    /// Whether commands on this thread defer their flash reads (`Store::defer_flash_reads`).
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    /// The locations commands on this thread deferred reading, for `Store::ask_deferred`.
+    static DEFERRED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
 /// What looking for a key on flash came to.
 pub(crate) enum OnFlash<'a> {
     /// No flash entry may be the key's; the lock was held throughout.
     Absent(ShardGuard<'a>),
+    /// The entry's record has not been read, and this thread defers reads: the command
+    /// must end without an effect (its caller runs it again once the read has landed).
+    Deferred,
     /// The lock was let go and something changed: look again, in memory first.
     Changed,
     Found(ShardGuard<'a>, Fetched),
 }
 
 impl Store {
+    /// Runs `serve` with flash reads deferred on this thread: a command that needs a record
+    /// not yet read ends at once without an effect (a get reports a miss, a change refuses),
+    /// noting the read; the caller sees it with `flash_deferred`, throws the command's reply
+    /// away, asks for the reads (`ask_deferred`) and runs the command again once woken,
+    /// when it finds the record read. So a worker never waits for flash.
+    pub fn defer_flash_reads<T>(&self, serve: impl FnOnce() -> T) -> T {
+        if self.flash.is_none() {
+            return serve();
+        }
+        let before = DEFERRING.replace(true);
+        let result = serve();
+        DEFERRING.set(before);
+        result
+    }
+
+    /// Whether a command on this thread was deferred since the last `ask_deferred`.
+    #[inline]
+    pub fn flash_deferred(&self) -> bool {
+        self.flash.is_some() && DEFERRED.with_borrow(|deferred| !deferred.is_empty())
+    }
+
+    /// Queues the reads this thread's commands deferred; `wake` is called as each lands.
+    pub fn ask_deferred(&self, wake: &FlashWaker) {
+        let Some(flash) = &self.flash else { return };
+        let locations = DEFERRED.take();
+        flash.ask(&locations, wake);
+    }
+
+    /// Defers `key`'s read too when its item is on flash and not read yet, so that a
+    /// multiget's reads are asked for together (call inside `defer_flash_reads`).
+    pub fn defer_if_on_flash(&self, key: &[u8]) {
+        let Some(flash) = &self.flash else { return };
+        if !DEFERRING.get() {
+            return;
+        }
+        let (shard, key) = self.hash(key);
+        let guard = self.lock(shard);
+        if self.lookup(&guard, key).is_some() {
+            return;
+        }
+        let hash = self.hasher.hash_one(key.bytes);
+        if let Some((_, location)) = self.flash_candidate(&guard, key, hash, &[]) {
+            if !flash.is_landed(location) {
+                DEFERRED.with_borrow_mut(|deferred| deferred.push(location));
+            }
+        }
+    }
+
+    /// Reads flash for the commands that deferred, waiting up to `wait` for some to be asked
+    /// for: the server runs `FlashConfig::io_threads` threads calling it in a loop.
+    pub fn serve_flash_reads(&self, wait: Duration) {
+        match &self.flash {
+            Some(flash) => flash.serve_reads(wait),
+            None => std::thread::sleep(wait),
+        }
+    }
+
     /// The flash tier's knobs, which the `extstore` command changes; `None` without one.
     pub fn flash_knobs(&self) -> Option<&FlashKnobs> {
         self.flash.as_ref().map(|f| &f.knobs)
@@ -270,15 +338,23 @@ impl Store {
                     OnFlash::Absent(guard)
                 };
             };
-            drop(guard);
-            released = true;
-            let read = flash.read(flash.geometry.addr_of(location));
-            guard = self.lock(shard);
+            let read = match flash.take_landed(location) {
+                Some(read) => read,
+                None if DEFERRING.get() => {
+                    DEFERRED.with_borrow_mut(|deferred| deferred.push(location));
+                    bump(&flash.counters.deferred, 1);
+                    return OnFlash::Deferred;
+                }
+                None => {
+                    drop(guard);
+                    released = true;
+                    let read = flash.read(flash.geometry.addr_of(location));
+                    guard = self.lock(shard);
+                    read
+                }
+            };
             let sh = &mut *guard;
-            let slot = sh
-                .index
-                .find(key.tag, |l| (l == location).then_some(()))
-                .map(|(slot, ())| slot);
+            let slot = self.flash_slot(sh, key, location);
             let counted = match read {
                 Ok(ReadOutcome::Record(record)) => Ok(record),
                 Ok(ReadOutcome::Bad) => {
@@ -623,6 +699,8 @@ pub(crate) enum Before<'a> {
     Exists,
     /// The item is on flash and memory has no room to bring it back.
     NoRoom,
+    /// Its record is not read yet and this thread defers reads: end without an effect.
+    Deferred,
 }
 
 impl Store {
@@ -648,6 +726,7 @@ impl Store {
         let (mut guard, fetched) = match self.fetch(guard, shard, key) {
             OnFlash::Absent(guard) => return Before::Go(guard),
             OnFlash::Changed => return Before::Again,
+            OnFlash::Deferred => return Before::Deferred,
             OnFlash::Found(guard, fetched) => (guard, fetched),
         };
         let sh = &mut *guard;

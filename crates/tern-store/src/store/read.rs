@@ -316,7 +316,7 @@ impl Store {
     ) -> Result<R, Miss> {
         let now = self.clock.now();
         let (mut guard, fetched) = match self.fetch(guard, shard, key) {
-            OnFlash::Absent(_) => return Err(Miss::NotFound),
+            OnFlash::Absent(_) | OnFlash::Deferred => return Err(Miss::NotFound),
             OnFlash::Changed => return self.read_item::<_, true, _>(key.bytes, touch, read),
             OnFlash::Found(guard, fetched) => (guard, fetched),
         };

@@ -128,6 +128,7 @@ impl Store {
                     Before::NoRoom | Before::Deleted | Before::Exists => {
                         return self.give_up(run, StoreOutcome::OutOfMemory)
                     }
+                    Before::Deferred => return self.give_up(run, StoreOutcome::NotStored),
                 };
             }
             let sh = &mut *guard;
@@ -305,6 +306,7 @@ impl Store {
                     Before::Go(guard) => break guard,
                     Before::Deleted => return Ok(()),
                     Before::Exists => return Err(Refused::Exists),
+                    Before::Deferred => return Err(Refused::NotFound),
                     _ => guard = self.lock(shard),
                 }
             };
@@ -339,6 +341,7 @@ impl Store {
                     Before::Go(guard) => break guard,
                     // memcached's extstore: a counter on flash is not a number to it.
                     Before::OnFlash => return Err(ArithError::NonNumeric),
+                    Before::Deferred => return Err(ArithError::NotFound),
                     _ => guard = self.lock(shard),
                 }
             };
@@ -418,7 +421,7 @@ impl Store {
             guard = loop {
                 match self.before_write(guard, shard, key, Intent::Change, now) {
                     Before::Go(guard) => break guard,
-                    Before::NoRoom => return Err(Refused::NotFound),
+                    Before::NoRoom | Before::Deferred => return Err(Refused::NotFound),
                     _ => guard = self.lock(shard),
                 }
             };
