@@ -267,6 +267,15 @@ struct Reads {
 /// blocks, 16 MiB at 4 KiB records, outside `-m`).
 const LANDED_MAX: usize = 4096;
 
+/// Reads one io_uring submission holds at most.
+const RING_ENTRIES: u32 = 64;
+
+thread_local! {
+    /// The I/O thread's ring for its batches (`None`: the kernel refused one).
+    static RING: std::cell::RefCell<Option<Option<io_uring::IoUring>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// The flash tier: its files, pages, buffers and counters.
 pub(crate) struct Flash {
     files: Vec<File>,
@@ -623,11 +632,9 @@ impl Flash {
     /// Reads the record at `addr`: from a buffer not yet written, else from its file with
     /// one aligned read (two for a record larger than what the first brought).
     pub(crate) fn read(&self, addr: u64) -> std::io::Result<ReadOutcome> {
-        let page = &self.pages[self.page_of(addr) as usize];
-        let version = page.version.load(Relaxed) as u32;
+        let version = self.version_at(addr);
         let block = addr - addr % BLOCK as u64;
-        let skip = (addr - block) as usize;
-        let mut buf = match self.read_buffered(block, BLOCK)? {
+        let buf = match self.read_buffered(block, BLOCK)? {
             Some(buf) => buf,
             None => {
                 let mut buf = AlignedBuf::new(BLOCK)?;
@@ -636,6 +643,26 @@ impl Flash {
                 buf
             }
         };
+        self.finish_read(addr, version, buf)
+    }
+
+    /// The low 32 bits of the version of the page `addr` is in, as its records carry it.
+    fn version_at(&self, addr: u64) -> u32 {
+        self.pages[self.page_of(addr) as usize]
+            .version
+            .load(Relaxed) as u32
+    }
+
+    /// The record at `addr` from its first block (`buf`), read further when it is longer,
+    /// and checked against the page version taken before the read.
+    fn finish_read(
+        &self,
+        addr: u64,
+        version: u32,
+        mut buf: AlignedBuf,
+    ) -> std::io::Result<ReadOutcome> {
+        let block = addr - addr % BLOCK as u64;
+        let skip = (addr - block) as usize;
         let len = u32::from_le_bytes(buf[skip + 4..skip + 8].try_into().expect("4 bytes")) as usize;
         let end = skip + RECORD_HEADER + len;
         if len == 0 || end > self.wbuf_size.max(BLOCK) + BLOCK {
@@ -656,6 +683,94 @@ impl Flash {
         bump(&self.counters.objects_read, 1);
         bump(&self.counters.bytes_read, (RECORD_HEADER + len) as u64);
         Ok(check_record(buf, skip, version))
+    }
+
+    /// Reads the records at `addrs` with one io_uring submission where the kernel offers
+    /// io_uring (reads from buffers not yet written, and the rest of records longer than a
+    /// block, are served as `read` serves them), else one `pread` after another.
+    pub(crate) fn read_batch(&self, addrs: &[u64]) -> Vec<std::io::Result<ReadOutcome>> {
+        RING.with_borrow_mut(|ring| {
+            let ring = ring.get_or_insert_with(|| io_uring::IoUring::new(RING_ENTRIES).ok());
+            match ring {
+                Some(ring) => addrs
+                    .chunks(RING_ENTRIES as usize)
+                    .flat_map(|chunk| self.read_ring(ring, chunk))
+                    .collect(),
+                None => addrs.iter().map(|&addr| self.read(addr)).collect(),
+            }
+        })
+    }
+
+    fn read_ring(
+        &self,
+        ring: &mut io_uring::IoUring,
+        addrs: &[u64],
+    ) -> Vec<std::io::Result<ReadOutcome>> {
+        use io_uring::{opcode, types};
+        let mut results: Vec<Option<std::io::Result<ReadOutcome>>> =
+            addrs.iter().map(|_| None).collect();
+        let mut pending: Vec<(usize, u32, AlignedBuf)> = Vec::with_capacity(addrs.len());
+        for (i, &addr) in addrs.iter().enumerate() {
+            let version = self.version_at(addr);
+            let block = addr - addr % BLOCK as u64;
+            match self.read_buffered(block, BLOCK) {
+                Ok(Some(buf)) => results[i] = Some(self.finish_read(addr, version, buf)),
+                Ok(None) => match AlignedBuf::new(BLOCK) {
+                    Ok(buf) => pending.push((i, version, buf)),
+                    Err(e) => results[i] = Some(Err(e)),
+                },
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        for (n, (i, _, buf)) in pending.iter_mut().enumerate() {
+            let block = addrs[*i] - addrs[*i] % BLOCK as u64;
+            let (file, at) = self.file_at(block);
+            let read =
+                opcode::Read::new(types::Fd(file.as_raw_fd()), buf.as_mut_ptr(), BLOCK as u32)
+                    .offset(at)
+                    .build()
+                    .user_data(n as u64);
+            // SAFETY: the buffer (`pending`, not touched until every completion is reaped
+            // below) and the file (`self`) outlive the read.
+            if unsafe { ring.submission().push(&read) }.is_err() {
+                unreachable!("a chunk holds at most the ring's entries");
+            }
+        }
+        let mut done = vec![None; pending.len()];
+        let mut reaped = 0;
+        while reaped < pending.len() {
+            if let Err(e) = ring.submit_and_wait(pending.len() - reaped) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // Reads submitted may still be running: wait them out one by one.
+                for (i, _, _) in &pending {
+                    results[*i]
+                        .get_or_insert_with(|| Err(std::io::Error::new(e.kind(), e.to_string())));
+                }
+                while reaped < pending.len() {
+                    let _ = ring.submit_and_wait(1);
+                    reaped += ring.completion().count();
+                }
+                return results.into_iter().map(|r| r.expect("set")).collect();
+            }
+            for cqe in ring.completion() {
+                done[cqe.user_data() as usize] = Some(cqe.result());
+                reaped += 1;
+            }
+        }
+        for ((i, version, buf), res) in pending.into_iter().zip(done) {
+            let res = res.expect("every read reaped");
+            results[i] = Some(if res == BLOCK as i32 {
+                self.finish_read(addrs[i], version, buf)
+            } else if res < 0 {
+                Err(std::io::Error::from_raw_os_error(-res))
+            } else {
+                // A short read (past a file's end): what `read` makes of it.
+                self.read(addrs[i])
+            });
+        }
+        results.into_iter().map(|r| r.expect("set")).collect()
     }
 
     /// `len` bytes at `addr` if a buffer not yet written holds them.
@@ -720,8 +835,11 @@ impl Flash {
             }
             reads.queue.drain(..).collect()
         };
-        for (location, wakers) in batch {
-            let read = self.read(self.geometry.addr_of(location));
+        let addrs: Vec<u64> = batch
+            .iter()
+            .map(|(location, _)| self.geometry.addr_of(*location))
+            .collect();
+        for ((location, wakers), read) in batch.into_iter().zip(self.read_batch(&addrs)) {
             let mut reads = self.reads.lock();
             if reads.landed.len() == LANDED_MAX {
                 reads.landed.pop_front();
@@ -897,9 +1015,23 @@ mod tests {
                 }
             }
         };
+        let check = |f: &Flash| {
+            check(f);
+            // A batch through io_uring (or preads) reads the same, in order.
+            for (n, read) in f.read_batch(&addrs).into_iter().enumerate() {
+                match read.unwrap() {
+                    ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
+                    _ => panic!("record {n} failed its check in a batch"),
+                }
+            }
+        };
         check(&f);
+        // Sealed, waiting for their write: read from the buffers still.
         f.seal_partial();
+        check(&f);
+        // Written, with a new buffer filling: read from the file.
         while f.write_one().unwrap() {}
+        f.append(300, |out| out.fill(3)).unwrap();
         check(&f);
         // Small records never straddle a block.
         for (&addr, &len) in addrs.iter().zip(&sizes) {
