@@ -369,3 +369,109 @@ fn a_thread_that_defers_reads_never_waits_for_flash() {
     assert!(s.defer_flash_reads(|| s.delete(&key(30))));
     assert_eq!(get(&s, &key(30)), None);
 }
+
+fn flash_config(dir: &Dir, flash_mib: u64) -> Config {
+    Config {
+        heap_bytes: 4 << 20,
+        shards: 4,
+        flash: Some(FlashConfig {
+            files: vec![FlashFile {
+                path: dir.0.join("flash"),
+                bytes: flash_mib << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            io_threads: 1,
+            knobs: knobs(),
+        }),
+        ..Config::default()
+    }
+}
+
+fn open(dir: &Dir, saved: Option<&[u8]>) -> (Store, tern_store::Opened) {
+    Store::open_file(
+        flash_config(dir, 32),
+        std::sync::Arc::new(tern_store::Clock::manual(T0)),
+        &dir.0.join("memory"),
+        saved,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_warm_restart_keeps_the_items_on_flash() {
+    let dir = Dir::new("restart");
+    let (s, _) = open(&dir, None);
+    fill(&s, 12_000);
+    let cas_before = s.get(&key(3)[..], |item| item.cas()).unwrap();
+    let on_flash = s.flash_stats().unwrap().objects_used;
+    assert!(on_flash > 5_000);
+    s.sync_file().unwrap();
+    let meta = s.snapshot_meta();
+    // The files are free for the next process as soon as the state is saved (a hand-over's
+    // successor opens them before this process has gone).
+    let (next, opened) = open(&dir, Some(&meta));
+    let tern_store::Opened::Restored(restored) = opened else {
+        panic!("not restored: {opened:?}");
+    };
+    drop(s);
+    assert_eq!(restored.items, 12_000);
+    assert_eq!(next.flash_stats().unwrap().objects_used, on_flash);
+    for n in 0..12_000 {
+        verify(
+            n,
+            &get(&next, &key(n)).unwrap_or_else(|| panic!("key {n} lost")),
+        );
+    }
+    assert_eq!(
+        next.get(&key(3)[..], |item| item.cas()).unwrap(),
+        cas_before
+    );
+    // New items go to flash after the restart too, beside the old ones.
+    for n in 12_000..20_000 {
+        set(&next, &key(n), &stamped(n, 1, 1000));
+        if n % 64 == 0 {
+            settle(&next);
+        }
+    }
+    settle(&next);
+    for n in (0..20_000).step_by(7) {
+        if let Some(value) = get(&next, &key(n)) {
+            verify(n, &value);
+        }
+    }
+    assert_eq!(next.flash_stats().unwrap().bad_crc, 0);
+}
+
+#[test]
+fn without_a_clean_stop_the_flash_tier_starts_empty() {
+    let dir = Dir::new("crash");
+    let (s, _) = open(&dir, None);
+    fill(&s, 12_000);
+    // kill -9: nothing saved; the process's files close as it dies.
+    drop(s);
+    let (next, opened) = open(&dir, None);
+    assert!(matches!(opened, tern_store::Opened::Empty(_)));
+    for n in 0..12_000 {
+        assert_eq!(
+            get(&next, &key(n)),
+            None,
+            "key {n} came back without a save"
+        );
+    }
+    fill(&next, 12_000);
+    for n in 0..12_000 {
+        verify(n, &get(&next, &key(n)).unwrap());
+    }
+}
+
+#[test]
+fn a_second_server_cannot_use_the_same_flash_file() {
+    let dir = Dir::new("second");
+    let _first = flash_store(&dir, 8, knobs());
+    let second = Store::new(
+        flash_config(&dir, 8),
+        std::sync::Arc::new(tern_store::Clock::manual(T0)),
+    );
+    assert!(matches!(second, Err(tern_store::StoreError::Flash(_))));
+}

@@ -232,6 +232,26 @@ impl Index {
         }
     }
 
+    /// Every whole slot (tag and location) whose location `keep` accepts: what a warm
+    /// restart saves of the entries it cannot rebuild by hashing a key in memory.
+    pub(crate) fn slots_where(&self, keep: impl Fn(u64) -> bool) -> Vec<u64> {
+        self.buckets()
+            .iter()
+            .flat_map(|b| b.0)
+            .filter(|&slot| slot != 0 && keep(slot & LOC_MASK))
+            .collect()
+    }
+
+    /// Adds a slot `slots_where` gave, its tag checked; false when it cannot be one.
+    pub(crate) fn insert_slot(&mut self, slot: u64) -> bool {
+        let tag = tag_of(slot);
+        if tag == 0 || slot & LOC_MASK == 0 {
+            return false;
+        }
+        self.insert(tag, slot & LOC_MASK);
+        true
+    }
+
     pub(crate) fn bytes(&self) -> usize {
         self.n * BUCKET_BYTES
     }

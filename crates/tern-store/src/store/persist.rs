@@ -29,6 +29,7 @@ use super::Store;
 use crate::mechanics::clock::{Clock, UnixSecs};
 use crate::mechanics::config::{Config, Geometry};
 use crate::mechanics::error::StoreError;
+use crate::mechanics::flash::{is_flash, Flash, SavedFlash};
 use crate::mechanics::hash_seeds::{hasher_of, random_seeds};
 use crate::mechanics::heap::Heap;
 use crate::mechanics::index::TAG_BITS;
@@ -40,8 +41,9 @@ use crate::mechanics::types::Expiry;
 const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
 /// refused, not misread. 2: large items carry a CAS field. 3: the index's peak size follows
-/// the flush mark (version 2 is still read: its peak is unknown, so 0).
-const FORMAT_VERSION: u32 = 3;
+/// the flush mark (version 2 is still read: its peak is unknown, so 0). 4: the flash tier's
+/// bookkeeping and index entries follow the shards (none in versions 2 and 3).
+const FORMAT_VERSION: u32 = 4;
 /// What every metadata file begins with: the magic and the format version, memcached's "tag"
 /// line. A `FILE.meta` shorter than this (empty included) is no metadata at all, and the start
 /// refuses it as memcached 1.6.45 does (`startup::restart` in tern-server).
@@ -91,6 +93,7 @@ struct Saved {
     /// Per segment: CRC32 of the written bytes of the segment or run it heads.
     crcs: Vec<u32>,
     shard_states: Vec<SavedShard>,
+    flash: Option<SavedFlash>,
 }
 
 #[derive(Default)]
@@ -100,6 +103,9 @@ struct SavedShard {
     chains: Vec<Vec<u32>>,
     /// Packed `Loc`s of the live items.
     live: Vec<u64>,
+    /// Whole index slots (tag and location) of the items on flash: their keys are not in
+    /// memory to hash again.
+    flash_slots: Vec<u64>,
 }
 
 /// Reserves the first `len` bytes of the memory file at `path` (`fallocate`, which also extends
@@ -208,6 +214,8 @@ impl Store {
             .metadata()
             .map_err(|e| StoreError::MemoryFile(format!("memory file {}: {e}", path.display())))?
             .len();
+        // Locked before anything else is read: a file another server uses fails the start.
+        let flash = config.flash.as_ref().map(Flash::open).transpose()?;
         let saved = match saved {
             None => Err("no metadata from a clean stop".to_string()),
             Some(bytes) => Saved::decode(bytes).and_then(|saved| {
@@ -230,7 +238,7 @@ impl Store {
                     config.large_pages,
                     config.lock_memory,
                 )?;
-                let store = Store::with_heap(
+                let mut store = Store::with_heap(
                     config.clone(),
                     clock.clone(),
                     &geometry,
@@ -238,19 +246,42 @@ impl Store {
                     hasher_of(saved.seeds),
                     saved.seeds,
                 );
+                store.flash = flash;
                 match store.restore(&saved) {
                     Ok(restored) => return Ok((store, Opened::Restored(restored))),
-                    Err(why) => why,
+                    Err(why) => {
+                        // A fresh start over the same files: their bookkeeping starts empty.
+                        let Store { flash: taken, .. } = store;
+                        return Self::empty_start(config, clock, &file, path, taken, why);
+                    }
                 }
             }
             Err(why) => why,
         };
+        Self::empty_start(config, clock, &file, path, flash, why)
+    }
+
+    /// `open_file`'s empty start, for `why`, with the flash tier's files as opened.
+    fn empty_start(
+        config: Config,
+        clock: Arc<Clock>,
+        file: &File,
+        path: &Path,
+        flash: Option<Flash>,
+        why: String,
+    ) -> Result<(Store, Opened), StoreError> {
         let geometry = Geometry::of(&config)?;
         let len = geometry.segments << geometry.segment_shift;
-        Ok((
-            Store::empty_on_file(config, clock, &geometry, &file, path, len)?,
-            Opened::Empty(why),
-        ))
+        let mut store = Store::empty_on_file(config, clock, &geometry, file, path, len)?;
+        store.flash = match flash {
+            // The old bookkeeping may have been taken back in part: open the files afresh.
+            Some(old) => {
+                drop(old);
+                store.config.flash.as_ref().map(Flash::open).transpose()?
+            }
+            None => None,
+        };
+        Ok((store, Opened::Empty(why)))
     }
 
     /// An empty store over `file`, whose old bytes are dropped first (truncating frees them),
@@ -289,7 +320,12 @@ impl Store {
     /// Writes the heap's pages back to its memory file (see `Heap::sync`); before the metadata
     /// is saved, so that metadata never describes bytes the file does not hold yet.
     pub fn sync_file(&self) -> std::io::Result<()> {
-        self.segs.sync()
+        self.segs.sync()?;
+        // Every record the index names goes to its file, for the metadata to describe.
+        match &self.flash {
+            Some(flash) => flash.write_all(),
+            None => Ok(()),
+        }
     }
 
     /// Everything beside the heap that a restore needs (see the module's doc), as bytes for
@@ -306,12 +342,15 @@ impl Store {
             }
             let mut live = Vec::with_capacity(sh.index.len());
             sh.index.entries_with_tags(0..1 << TAG_BITS, |loc| {
-                // A flash tier is not saved for a restart (its entries would name no
-                // segment).
-                if !crate::mechanics::flash::is_flash(loc) {
+                if !is_flash(loc) {
                     live.push(loc)
                 }
             });
+            let flash_slots = if self.flash.is_some() {
+                sh.index.slots_where(is_flash)
+            } else {
+                Vec::new()
+            };
             // In heap order, not the walk's tag order: a restore then reads the heap front to
             // back, and inserting keys in tag order would pile them into the growing index's
             // first buckets (7.6 s instead of 0.17 s for a million items).
@@ -325,6 +364,7 @@ impl Store {
                     .map(|c| c.iter().copied().collect())
                     .collect(),
                 live,
+                flash_slots,
             };
             (state, crcs)
         });
@@ -352,7 +392,19 @@ impl Store {
             segs: (0..count as u32).map(|seg| self.segs.save(seg)).collect(),
             crcs,
             shard_states: states,
+            flash: self.flash.as_ref().map(|flash| {
+                let config = self
+                    .config
+                    .flash
+                    .as_ref()
+                    .expect("a flash tier has its config");
+                flash.save(config)
+            }),
         };
+        if let Some(flash) = &self.flash {
+            // The next process (a hand-over's) may open the files from now on.
+            flash.unlock_files();
+        }
         saved.encode()
     }
 
@@ -381,8 +433,23 @@ impl Store {
         self.segs.set_epoch_high_water(saved.epoch);
         self.flush.restore_mark(saved.flush_mark);
         self.pool().restore_index_peak(saved.index_peak as usize);
+        // The flash tier comes back only whole: otherwise it starts empty and the items in
+        // memory come back alone.
+        let flash_back = match (&self.flash, &saved.flash, &self.config.flash) {
+            (Some(flash), Some(saved_flash), Some(config)) => {
+                match flash.restore(config, saved_flash) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        tracing::warn!("the flash tier starts empty: {why}");
+                        false
+                    }
+                }
+            }
+            _ => false,
+        };
         let now = self.clock.now();
-        let outcomes = each_shard_in_parallel(shards, |id| self.restore_shard(id, saved, now));
+        let outcomes =
+            each_shard_in_parallel(shards, |id| self.restore_shard(id, saved, now, flash_back));
         let mut restored = Restored {
             items: 0,
             expired: 0,
@@ -431,7 +498,13 @@ impl Store {
     }
 
     /// One shard's chains and items; `(restored, expired)` items.
-    fn restore_shard(&self, id: usize, saved: &Saved, now: UnixSecs) -> Result<(u64, u64), String> {
+    fn restore_shard(
+        &self,
+        id: usize,
+        saved: &Saved,
+        now: UnixSecs,
+        flash_back: bool,
+    ) -> Result<(u64, u64), String> {
         let state = &saved.shard_states[id];
         let mut guard = self.lock(id);
         let sh = &mut *guard;
@@ -468,9 +541,11 @@ impl Store {
             // saved one, so every CAS handed out after the restart is above every one before.
         }
         let (mut items, mut expired) = (0, 0);
+        let flash_slots: &[u64] = if flash_back { &state.flash_slots } else { &[] };
+        let entries = state.live.len() + flash_slots.len();
         let old = sh.index.bytes();
-        self.charge_restored_index(sh.index.reserved_bytes(state.live.len()));
-        sh.index.reserve(state.live.len());
+        self.charge_restored_index(sh.index.reserved_bytes(entries));
+        sh.index.reserve(entries);
         self.refresh_hint(sh);
         self.pool().uncharge_index(old);
         for &packed in &state.live {
@@ -503,6 +578,16 @@ impl Store {
             }
             self.link(sh, key.tag, loc, hdr.footprint(), None);
             items += 1;
+        }
+        if let Some(flash) = &self.flash {
+            for &slot in flash_slots {
+                let location = slot & ((1 << 40) - 1);
+                if !is_flash(location) || !flash.holds(location) || !sh.index.insert_slot(slot) {
+                    return Err(format!("shard {id} lists a flash entry at no record"));
+                }
+                sh.counters.curr_items += 1;
+                items += 1;
+            }
         }
         // Segments whose items all expired meanwhile go back to the pool now.
         let emptied: Vec<u32> = sh
@@ -619,6 +704,43 @@ impl Saved {
                 w.u64(loc);
             }
         }
+        // Last, so that a store without a flash tier differs from version 3 by one word.
+        match &self.flash {
+            None => w.u32(0),
+            Some(f) => {
+                w.u32(1);
+                for state in &self.shard_states {
+                    w.u64(state.flash_slots.len() as u64);
+                    for &slot in &state.flash_slots {
+                        w.u64(slot);
+                    }
+                }
+                w.u64(f.files.len() as u64);
+                for (path, bytes) in &f.files {
+                    let path = path.as_os_str().as_encoded_bytes();
+                    w.u64(path.len() as u64);
+                    w.0.extend_from_slice(path);
+                    w.u64(*bytes);
+                }
+                w.u64(f.page_size);
+                w.u64(f.next_version);
+                w.u64(f.pages.len() as u64);
+                for &(version, state, live, objects, fill, bucket) in &f.pages {
+                    w.u64(version);
+                    w.u32(state);
+                    w.u64(live);
+                    w.u64(objects);
+                    w.u64(fill);
+                    w.u32(bucket);
+                }
+                for list in [&f.free_pages, &f.full_pages] {
+                    w.u64(list.len() as u64);
+                    for &p in list {
+                        w.u32(p);
+                    }
+                }
+            }
+        }
         let crc = crc32fast::hash(&w.0);
         w.u32(crc);
         w.0
@@ -657,6 +779,7 @@ impl Saved {
             segs: Vec::new(),
             crcs: Vec::new(),
             shard_states: Vec::new(),
+            flash: None,
         };
         let count = r.count(48)?;
         for _ in 0..count {
@@ -697,6 +820,40 @@ impl Saved {
             let live = r.count(8)?;
             state.live = (0..live).map(|_| r.u64()).collect::<Result<_, _>>()?;
             saved.shard_states.push(state);
+        }
+        if version >= 4 && r.u32()? == 1 {
+            for state in &mut saved.shard_states {
+                let slots = r.count(8)?;
+                state.flash_slots = (0..slots).map(|_| r.u64()).collect::<Result<_, _>>()?;
+            }
+            let files = r.count(16)?;
+            let mut f = SavedFlash {
+                files: Vec::new(),
+                page_size: 0,
+                next_version: 0,
+                pages: Vec::new(),
+                free_pages: Vec::new(),
+                full_pages: Vec::new(),
+            };
+            for _ in 0..files {
+                let len = r.count(1)?;
+                let path = std::path::PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(r.take(len)?),
+                );
+                f.files.push((path, r.u64()?));
+            }
+            f.page_size = r.u64()?;
+            f.next_version = r.u64()?;
+            let pages = r.count(40)?;
+            for _ in 0..pages {
+                f.pages
+                    .push((r.u64()?, r.u32()?, r.u64()?, r.u64()?, r.u64()?, r.u32()?));
+            }
+            for list in [&mut f.free_pages, &mut f.full_pages] {
+                let len = r.count(4)?;
+                *list = (0..len).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            }
+            saved.flash = Some(f);
         }
         if !r.0.is_empty() {
             return Err("the metadata file has bytes past its end".into());
@@ -913,6 +1070,8 @@ mod tests {
         let peak_bytes = s.pool().index_peak() as u64;
         assert_eq!(v2[peak_at..peak_at + 8], peak_bytes.to_le_bytes());
         v2.drain(peak_at..peak_at + 8);
+        // Nor the word saying whether a flash tier follows.
+        v2.truncate(v2.len() - 4);
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());
         v2.extend_from_slice(&crc32fast::hash(&v2).to_le_bytes());
         assert_eq!(Saved::decode(&v2).unwrap().index_peak, 0);
@@ -1158,8 +1317,9 @@ mod tests {
             meta
         };
         let meta = saved(&file);
-        // The last field before the checksum is the last shard's last live item's location.
-        let last_loc = meta.len() - 12;
+        // The last field before the checksum and the word saying no flash tier follows is the
+        // last shard's last live item's location.
+        let last_loc = meta.len() - 16;
         let real = u64::from_le_bytes(meta[last_loc..last_loc + 8].try_into().unwrap());
         for lie in [
             0,
