@@ -47,7 +47,7 @@ impl SegmentStats {
 /// Store-wide numbers the server reads from its store at scrape time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoreStats {
-    /// Items stored now (memcached's `curr_items`).
+    /// Items stored now (memcached's `curr_items`), on flash too.
     pub items: u64,
     /// Items stored since start (memcached's `total_items`).
     pub total_items: u64,
@@ -73,6 +73,13 @@ pub struct StoreStats {
     pub oldest_item_age_seconds: u64,
     /// The segment layout.
     pub segments: SegmentStats,
+    /// Items on flash (a flash tier's index entries; 0 without one).
+    pub items_on_flash: u64,
+    /// Items in memory the flash tier would take by size (its starting `ext_item_size`; 0
+    /// without one).
+    pub items_flash_sized: u64,
+    /// Whether the server has a flash tier (`stats items` then reports three classes).
+    pub flash_tier: bool,
 }
 
 /// Everything `/metrics`, `/stats` and `stats` show, filled by the server when asked.

@@ -44,8 +44,13 @@ pub fn stats_general(snap: &Snapshot) -> StatLines {
     lines(general_stats(snap))
 }
 
-/// `stats items`: all of tern's items as class 1 (there are no size classes); listed only
-/// when items exist, as memcached lists only classes holding items.
+/// `stats items`: tern has no size classes; its items are listed as class 1, or with a flash
+/// tier as memcached's extstore shows them: class 1 the items in memory smaller than the flash
+/// tier's `ext_item_size` (as set at start), class 2 the items on flash (their index entries,
+/// where memcached keeps their headers, in its small classes), class 3 the items in memory
+/// the flash tier would take by size. A class is listed only when it holds items, as memcached
+/// lists only classes holding items; the counters below are the whole store's, on the lowest
+/// class listed.
 ///
 /// tern has no HOT/WARM/COLD LRU, so the fields are exactly those memcached 1.6 prints with
 /// `lru_segmented no` (`-o no_modern`). `number` = items, `mem_requested` = item bytes,
@@ -56,31 +61,46 @@ pub fn stats_general(snap: &Snapshot) -> StatLines {
 /// `crawler_items_checked` and `lrutail_reflocked` are 0.
 pub fn stats_items(snap: &Snapshot) -> StatLines {
     let store = &snap.store;
-    if store.items == 0 {
-        return StatLines::new();
-    }
+    let classes: Vec<(u32, u64)> = if store.flash_tier {
+        let small = store
+            .items
+            .saturating_sub(store.items_on_flash + store.items_flash_sized);
+        vec![
+            (1, small),
+            (2, store.items_on_flash),
+            (3, store.items_flash_sized),
+        ]
+    } else {
+        vec![(1, store.items)]
+    };
     let m = MemcachedCounters::from_totals(&snap.totals());
-    let fields: [(&str, u64); 14] = [
-        ("number", store.items),
-        ("age", store.oldest_item_age_seconds),
-        ("mem_requested", store.bytes),
-        ("evicted", store.evictions),
-        ("evicted_nonzero", 0),
-        ("evicted_time", 0),
-        ("outofmemory", m.store_no_memory),
-        ("tailrepairs", 0),
-        ("reclaimed", store.reclaimed),
-        ("expired_unfetched", store.expired_unfetched),
-        ("evicted_unfetched", store.evicted_unfetched),
-        ("crawler_reclaimed", 0),
-        ("crawler_items_checked", 0),
-        ("lrutail_reflocked", 0),
-    ];
-    lines(
-        fields
-            .iter()
-            .map(|(name, value)| (format!("items:1:{name}"), value)),
-    )
+    let mut out = Vec::new();
+    for (class, number) in classes.into_iter().filter(|&(_, n)| n > 0) {
+        let first = out.is_empty();
+        let whole = |v: u64| if first { v } else { 0 };
+        let fields: [(&str, u64); 14] = [
+            ("number", number),
+            ("age", store.oldest_item_age_seconds),
+            ("mem_requested", whole(store.bytes)),
+            ("evicted", whole(store.evictions)),
+            ("evicted_nonzero", 0),
+            ("evicted_time", 0),
+            ("outofmemory", whole(m.store_no_memory)),
+            ("tailrepairs", 0),
+            ("reclaimed", whole(store.reclaimed)),
+            ("expired_unfetched", whole(store.expired_unfetched)),
+            ("evicted_unfetched", whole(store.evicted_unfetched)),
+            ("crawler_reclaimed", 0),
+            ("crawler_items_checked", 0),
+            ("lrutail_reflocked", 0),
+        ];
+        out.extend(
+            fields
+                .into_iter()
+                .map(|(name, value)| (format!("items:{class}:{name}"), value)),
+        );
+    }
+    lines(out)
 }
 
 /// `stats slabs`: the segment heap shown as one slab class (id 1) whose pages are segments and
@@ -336,6 +356,30 @@ mod tests {
             text(render_stat_lines(stats_items(&Snapshot::default()))),
             "END\r\n"
         );
+    }
+
+    #[test]
+    fn items_with_a_flash_tier_show_memory_and_flash_as_extstore_classes() {
+        let mut snap = snapshot();
+        snap.store.flash_tier = true;
+        snap.store.items = 10;
+        snap.store.items_on_flash = 6;
+        snap.store.items_flash_sized = 3;
+        let out = text(render_stat_lines(stats_items(&snap)));
+        assert!(out.contains("STAT items:1:number 1\r\n"), "{out}");
+        assert!(out.contains("STAT items:2:number 6\r\n"), "{out}");
+        assert!(out.contains("STAT items:3:number 3\r\n"), "{out}");
+        assert!(out.contains("STAT items:1:evicted_unfetched"));
+        assert!(out.contains("STAT items:3:reclaimed 0\r\n"));
+        // Everything on flash: memcached's test library waits for classes 3 and up to empty.
+        snap.store.items_on_flash = 10;
+        snap.store.items_flash_sized = 0;
+        let out = text(render_stat_lines(stats_items(&snap)));
+        assert!(
+            !out.contains("items:1:") && !out.contains("items:3:"),
+            "{out}"
+        );
+        assert!(out.contains("STAT items:2:number 10\r\n"), "{out}");
     }
 
     #[test]

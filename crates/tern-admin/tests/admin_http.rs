@@ -57,6 +57,7 @@ impl AdminSource for FakeServer {
                     merges: 1,
                     segments_expired: 4,
                 },
+                ..StoreStats::default()
             },
         }
     }

@@ -103,11 +103,41 @@ impl<'a> Ops<'a> {
     }
 
     /// Records one request (one key of a retrieval): its outcome count, and a place in the
-    /// latency batch the connection times once its replies are written.
+    /// latency batch the connection times once its replies are written. A request deferred
+    /// for a flash read is not recorded: it runs again.
     #[inline]
     fn record(&self, cmd: Cmd, outcome: Outcome) {
+        if self.store().flash_deferred() {
+            return;
+        }
         self.worker.metrics.count(cmd, outcome);
         self.worker.batch.add(cmd);
+    }
+
+    /// Runs `serve` with flash reads deferred (see `Store::defer_flash_reads`): what a
+    /// connection's serve loop runs in, so that no worker waits for flash.
+    pub fn defer_flash_reads<T>(&self, serve: impl FnOnce() -> T) -> T {
+        self.store().defer_flash_reads(serve)
+    }
+
+    /// Whether the request just run was deferred for a flash read: its replies are dropped
+    /// and it runs again once the read has landed.
+    #[inline]
+    pub fn flash_deferred(&self) -> bool {
+        self.store().flash_deferred()
+    }
+
+    /// Asks for the flash reads the deferred requests need; this worker wakes as they land.
+    pub fn ask_flash_reads(&self) {
+        if let Some(wake) = self.worker.flash_waker.get() {
+            self.store().ask_deferred(wake);
+        }
+    }
+
+    /// Notes `key`'s flash read too, when its item is on flash, so that it goes with the
+    /// others deferred now (the rest of a multiget, the gets read ahead).
+    pub fn defer_if_on_flash(&self, key: &[u8]) {
+        self.store().defer_if_on_flash(key);
     }
 
     /// Counts `key`'s prefix for `stats detail` when it is on.
@@ -122,7 +152,10 @@ impl<'a> Ops<'a> {
     /// [`Ops::prefix`] for a lookup: retrievals count as gets (a touch or `me` does not).
     #[inline]
     fn prefix_lookup(&self, cmd: Cmd, key: &[u8], hit: bool) {
-        if self.shared.prefix_stats.enabled() && !matches!(cmd, Cmd::Touch | Cmd::Admin) {
+        if self.shared.prefix_stats.enabled()
+            && !matches!(cmd, Cmd::Touch | Cmd::Admin)
+            && !self.store().flash_deferred()
+        {
             self.shared
                 .prefix_stats
                 .record(key, PrefixEvent::Get { hit });
@@ -132,6 +165,9 @@ impl<'a> Ops<'a> {
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
     #[inline]
     fn record_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
+        if self.store().flash_deferred() {
+            return;
+        }
         self.record(cmd, outcome);
         self.worker.hot_keys.record(key);
     }

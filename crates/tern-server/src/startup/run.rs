@@ -257,11 +257,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
 
+    let store_has_flash = shared.store.flash_knobs().is_some();
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
     for (id, (listeners, udp)) in per_worker.into_iter().zip(udp_per_worker).enumerate() {
         let poll = Poll::new()?;
-        wakers.push(Waker::new(poll.registry(), WAKER)?);
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        if store_has_flash {
+            let wake = waker.clone();
+            let _ = shared.workers[id].flash_waker.set(Arc::new(move || {
+                // A failed wake leaves the connection to its next event.
+                let _ = wake.wake();
+            }));
+        }
+        wakers.push(waker);
         let run: Box<dyn FnOnce() + Send> = match shared.settings.io_engine {
             IoEngine::Epoll => {
                 let mut worker = Worker::new(id, shared.clone(), poll, listeners)?;

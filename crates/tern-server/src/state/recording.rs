@@ -17,6 +17,9 @@ pub struct WorkerState {
     pub hot_keys: HotKeySampler,
     /// The socket of the connection being served, so `stats conns` can mark its asker.
     pub serving_fd: AtomicI32,
+    /// Wakes this worker's event loop when a flash read it asked for has landed (set at
+    /// start, with the loop's waker).
+    pub flash_waker: std::sync::OnceLock<tern_store::FlashWaker>,
 }
 
 impl WorkerState {
@@ -26,6 +29,7 @@ impl WorkerState {
             batch: LatencyBatch::new(),
             hot_keys: hot_keys.sampler(),
             serving_fd: AtomicI32::new(-1),
+            flash_waker: std::sync::OnceLock::new(),
         }
     }
 

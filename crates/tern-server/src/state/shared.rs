@@ -528,6 +528,9 @@ pub fn store_stats(store: &Store) -> StoreStats {
             merges: s.merges,
             segments_expired: s.reclaimed_segments,
         },
+        items_on_flash: store.flash_stats().map_or(0, |f| f.objects_used),
+        items_flash_sized: s.items_flash_sized,
+        flash_tier: store.flash_knobs().is_some(),
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Conn {
     close_reason: CloseReason,
     /// A get stopped between its keys waits at `rstart`: it is finished before a close.
     resuming: bool,
+    /// Its next request waits for flash reads: the worker drives it again when one lands.
+    awaiting_flash: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
@@ -187,6 +189,7 @@ impl Conn {
             close_after_write: false,
             close_reason: CloseReason::Normal,
             resuming: false,
+            awaiting_flash: false,
             peer_closed: false,
             queued: false,
             listed: false,
@@ -244,6 +247,11 @@ impl Conn {
     }
 
     /// A get stopped between its keys is still to finish.
+    /// Whether the connection waits for flash reads (see `Progress::awaiting_flash`).
+    pub fn awaiting_flash(&self) -> bool {
+        self.awaiting_flash
+    }
+
     pub fn resuming(&self) -> bool {
         self.resuming
     }
@@ -316,7 +324,7 @@ impl Conn {
                 return Drive::Close;
             }
         }
-        if self.close_after_write && !self.resuming {
+        if self.close_after_write && !self.resuming && !self.awaiting_flash {
             return if self.has_unsent() {
                 Drive::Open { again: false }
             } else {
@@ -362,7 +370,9 @@ impl Conn {
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
         };
-        if (self.close_after_write && !self.resuming) || (self.peer_closed && !yielded) {
+        let unfinished = self.resuming || self.awaiting_flash;
+        if (self.close_after_write && !unfinished) || (self.peer_closed && !yielded && !unfinished)
+        {
             // memcached closes on EOF; what the client sent before it is answered first.
             self.close_after_write = true;
             return if self.has_unsent() {
@@ -557,10 +567,15 @@ impl Conn {
         } else {
             limits.max_reqs_per_event
         };
-        let progress = match self.protocol {
+        let protocol = self.protocol;
+        let progress = ops.defer_flash_reads(|| match protocol {
             Protocol::Binary => binary::serve(ops, input, budget, &mut out),
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
-        };
+        });
+        self.awaiting_flash = progress.awaiting_flash;
+        if progress.awaiting_flash {
+            ops.ask_flash_reads();
+        }
         self.rstart += progress.consumed;
         self.resuming = progress.resume.is_some();
         if let Some(resume) = progress.resume {

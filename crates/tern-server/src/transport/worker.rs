@@ -139,6 +139,8 @@ pub struct Worker {
     holders: Vec<usize>,
     /// The server second of the last stalled-handshake check.
     handshakes_checked: u32,
+    /// Connections waiting for flash reads, driven again when the waker says one landed.
+    awaiting_flash: Vec<usize>,
 }
 
 impl Worker {
@@ -183,6 +185,7 @@ impl Worker {
             buffers,
             holders: Vec::new(),
             handshakes_checked: 0,
+            awaiting_flash: Vec::new(),
         })
     }
 
@@ -228,9 +231,10 @@ impl Worker {
             if !events.is_empty() {
                 self.shared.workers[self.id].metrics.wakeup();
             }
+            let mut woken = false;
             for event in events.iter() {
                 match event.token() {
-                    WAKER => {}
+                    WAKER => woken = true,
                     Token(t) if t >= FIRST_CONN => {
                         let idx = t - FIRST_CONN;
                         if event.is_read_closed() || event.is_error() {
@@ -242,6 +246,13 @@ impl Worker {
                     }
                     Token(t) if t >= FIRST_UDP => self.serve_udp(t - FIRST_UDP),
                     Token(t) => self.accept(t - FIRST_LISTENER),
+                }
+            }
+            if woken {
+                // A flash read landed (or the main thread called): the connections that
+                // wait for one run their request again (one still unread waits again).
+                for idx in std::mem::take(&mut self.awaiting_flash) {
+                    self.drive(idx);
                 }
             }
             for idx in std::mem::take(&mut self.again) {
@@ -484,6 +495,9 @@ impl Worker {
         if !conn.listed && conn.holds_buffers() {
             conn.listed = true;
             self.holders.push(idx);
+        }
+        if conn.awaiting_flash() {
+            self.awaiting_flash.push(idx);
         }
         match drive {
             Drive::Close => self.close(idx),

@@ -67,8 +67,15 @@ pub fn serve(ops: &Ops<'_>, input: &[u8], budget: usize, out: &mut impl Replies)
                 }
             }
             Parsed::Request(req, len) => {
-                progress.consumed += len;
+                let mark = out.buf().len();
                 let after = execute(ops, &req, out.buf());
+                if ops.flash_deferred() {
+                    // Its item's record is being read: the frame runs again once it has been.
+                    out.buf().truncate(mark);
+                    progress.awaiting_flash = true;
+                    break;
+                }
+                progress.consumed += len;
                 out.request_done();
                 if after != After::Continue {
                     progress.after = after;

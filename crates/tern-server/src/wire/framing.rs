@@ -31,8 +31,8 @@ pub enum Step {
     Need(usize),
     /// An error was answered; discard this many bytes after the line, arrived or not.
     Swallow(usize),
-    /// A multi-key get stopped before a key, its replies backlogged: it goes on later from
-    /// there (see [`Resume`]). The keys' addresses (`as_ptr() as usize`), as the serve loop
+    /// A multi-key get stopped before a key, its replies backlogged or the key's item on
+    /// flash not read yet: it goes on later from there (see [`Resume`]). The keys' addresses (`as_ptr() as usize`), as the serve loop
     /// turns them into offsets in its line.
     Resume { first_key: usize, next_key: usize },
 }
@@ -93,6 +93,9 @@ pub struct Progress {
     pub yielded: bool,
     /// The request at `consumed` is a get stopped before one of its keys.
     pub resume: Option<Resume>,
+    /// The request at `consumed` (or the rest of a get, with `resume`) waits for flash reads
+    /// (`Ops::flash_deferred`): ask for them, and serve again once woken.
+    pub awaiting_flash: bool,
     pub after: After,
 }
 

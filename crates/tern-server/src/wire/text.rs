@@ -39,7 +39,14 @@ pub fn serve(
         if let Some((key, end)) = ahead.one_key_get_at(ops, progress.consumed, budget - served) {
             // What the parser would make of the line, found by the look-ahead already.
             served += 1;
+            let mark = out.buf().len();
             answer_one::<false>(ops, key, out.buf());
+            if ops.flash_deferred() {
+                out.buf().truncate(mark);
+                ahead.defer_rest(ops);
+                progress.awaiting_flash = true;
+                break;
+            }
             progress.consumed = end;
             out.request_done();
             continue;
@@ -58,6 +65,7 @@ pub fn serve(
             Frame::Line { consumed, parsed } => (consumed, parsed),
         };
         served += 1;
+        let mark = out.buf().len();
         let (step, after) = match parsed {
             Err(rejection) if rejection.hang_up => {
                 ops.refused();
@@ -77,6 +85,26 @@ pub fn serve(
             }
             Ok(command) => run(ops, command, &rest[line_len..], out),
         };
+        if ops.flash_deferred() {
+            // An item it needs is on flash and not read yet: it runs again once it has been,
+            // a get from the key that waits (its values before that one kept).
+            match step {
+                Step::Resume {
+                    first_key,
+                    next_key,
+                } => {
+                    let line = rest.as_ptr() as usize;
+                    progress.resume = Some(Resume {
+                        prefix: first_key - line,
+                        next_key: next_key - line,
+                    });
+                }
+                _ => out.buf().truncate(mark),
+            }
+            ahead.defer_rest(ops);
+            progress.awaiting_flash = true;
+            break;
+        }
         let mut input_used_up = false;
         match step {
             Step::Done(data) => progress.consumed += line_len + data,
@@ -182,6 +210,15 @@ impl<'a> ReadAhead<'a> {
         // A lone request has nothing to overlap with: its item is not loaded ahead.
         if found > 1 || self.looked_to < self.input.len() {
             ops.prefetch_items(keys.iter_mut().map(|ahead| &mut ahead.key));
+        }
+    }
+
+    /// Notes the flash reads of the keys looked at and not yet served, so that they go with
+    /// the one a request just deferred for (pipelined gets of keys on flash read together).
+    #[cold]
+    fn defer_rest(&self, ops: &Ops<'_>) {
+        for ahead in self.keys[self.next..].iter().filter(|a| a.get_end != 0) {
+            ops.defer_if_on_flash(ahead.key.bytes());
         }
     }
 
@@ -470,6 +507,19 @@ fn get(
             return Step::Done(0);
         }
         get_value(ops, cmd, key, expiry, with_cas, buf);
+        if ops.flash_deferred() {
+            // The rest of the line's reads go with this one's.
+            for later in rest {
+                ops.defer_if_on_flash(later);
+            }
+            if i == 1 {
+                return Step::Done(0);
+            }
+            return Step::Resume {
+                first_key,
+                next_key: key.as_ptr() as usize,
+            };
+        }
     }
     out.buf().extend_from_slice(ascii::END);
     Step::Done(0)

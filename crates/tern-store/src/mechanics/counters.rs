@@ -7,6 +7,9 @@ pub(crate) struct Counters {
     pub(crate) curr_items: u64,
     pub(crate) bytes: u64,
     pub(crate) item_bytes: u64,
+    /// Items in memory of at least the flash tier's starting `ext_item_size` (none without
+    /// one): what `stats items` reports apart, as memcached's larger slab classes.
+    pub(crate) flash_sized: u64,
     pub(crate) total_items: u64,
     pub(crate) evictions: u64,
     pub(crate) reclaimed: u64,
@@ -24,6 +27,7 @@ impl Counters {
         self.curr_items += other.curr_items;
         self.bytes += other.bytes;
         self.item_bytes += other.item_bytes;
+        self.flash_sized += other.flash_sized;
         self.total_items += other.total_items;
         self.evictions += other.evictions;
         self.reclaimed += other.reclaimed;
@@ -40,6 +44,7 @@ impl Counters {
             curr_items: self.curr_items,
             bytes: self.bytes,
             item_bytes: self.item_bytes,
+            flash_sized: self.flash_sized,
             ..Counters::default()
         };
     }

@@ -66,7 +66,7 @@ impl Store {
         self.recharge_index(old, sh.index.bytes());
         sh.churn += 1;
         let c = &mut sh.counters;
-        (c.curr_items, c.bytes, c.item_bytes) = (0, 0, 0);
+        (c.curr_items, c.bytes, c.item_bytes, c.flash_sized) = (0, 0, 0, 0);
         self.release(sh, false);
     }
 

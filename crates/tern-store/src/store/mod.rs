@@ -57,6 +57,9 @@ pub struct Store {
     pub(crate) eviction_observer: OnceLock<EvictionObserver>,
     /// The flash tier (`Config::flash`), if any.
     pub(crate) flash: Option<Flash>,
+    /// Items of at least this many bytes count as `flash_sized` (the flash tier's starting
+    /// `ext_item_size`; never without a flash tier).
+    pub(crate) flash_sized_from: usize,
 }
 
 /// What `Store::observe_evictions` calls, under the evicting shard's lock.
@@ -121,6 +124,10 @@ impl Store {
                 .collect(),
             eviction_observer: OnceLock::new(),
             flash: None,
+            flash_sized_from: config
+                .flash
+                .as_ref()
+                .map_or(usize::MAX, |f| f.knobs.item_size as usize),
             config,
             clock,
             hasher,

@@ -140,6 +140,7 @@ impl Store {
         c.curr_items += 1;
         c.bytes += written.data_len as u64;
         c.item_bytes += written.size as u64;
+        c.flash_sized += u64::from(written.size >= self.flash_sized_from);
     }
 
     /// Removes an item from the index and the counters. With `free_empty`, a sealed segment
@@ -192,6 +193,7 @@ impl Store {
         c.curr_items -= 1;
         c.bytes -= item.data_len as u64;
         c.item_bytes -= item.size as u64;
+        c.flash_sized -= u64::from(item.size >= self.flash_sized_from);
         let unfetched = !fetched as u64;
         match cause {
             Cause::Gone => {}

@@ -43,6 +43,8 @@ pub struct StoreStats {
     pub index_slots_peak: u64,
     /// Items stored: header + key + value bytes written and still live.
     pub item_bytes_with_headers: u64,
+    /// Items in memory of at least the flash tier's starting `ext_item_size` (0 without one).
+    pub items_flash_sized: u64,
     /// Seconds since the oldest segment at the eviction end of any TTL group was opened: how
     /// long an item that is not read again stays (memcached's `stats items` age); 0 when empty.
     pub oldest_item_age: u32,
@@ -92,6 +94,7 @@ impl Store {
             index_slots_peak: (Index::slots_in(index_peak) as u64).max(index_slots),
             index_slots,
             item_bytes_with_headers: total.item_bytes,
+            items_flash_sized: total.flash_sized,
             oldest_item_age: now - oldest_created,
         }
     }

@@ -28,7 +28,9 @@ use crate::transport::conn::{self, Conn, Drive, Limits};
 use crate::transport::net::Listener;
 use crate::transport::stream::{RingIo, Stream};
 use crate::transport::udp::UdpServer;
-use crate::transport::worker::{AcceptRetry, Worker, ACCEPT_RETRY, DRAIN_PATIENCE, MAX_HOLDERS};
+use crate::transport::worker::{
+    AcceptRetry, Worker, ACCEPT_RETRY, DRAIN_PATIENCE, MAX_HOLDERS, WAKER,
+};
 
 mod accept;
 mod ring;
@@ -160,6 +162,8 @@ struct Engine {
     /// Slots to drive at the end of this turn, and those that stopped with work left.
     to_drive: Vec<usize>,
     again: Vec<usize>,
+    /// Connections waiting for flash reads, driven again when the waker says one landed.
+    awaiting_flash: Vec<usize>,
     /// Per slot: the socket's descriptor and when it last brought commands in.
     activity: Vec<(i32, Arc<std::sync::atomic::AtomicU32>)>,
     limits: Limits,
@@ -244,6 +248,7 @@ impl Engine {
             rearm: Vec::new(),
             to_drive: Vec::new(),
             again: Vec::new(),
+            awaiting_flash: Vec::new(),
             activity: Vec::new(),
             limits,
             buffers,
@@ -562,6 +567,9 @@ impl Engine {
             conn.listed = true;
             self.holders.push(idx);
         }
+        if conn.awaiting_flash() {
+            self.awaiting_flash.push(idx);
+        }
         let again = match drive {
             Drive::Close => return self.close(idx),
             Drive::Open { again } => again,
@@ -604,6 +612,13 @@ impl Engine {
             .iter()
             .filter_map(|e| e.token().0.checked_sub(1))
             .collect();
+        if self.events.iter().any(|e| e.token() == WAKER) {
+            // A flash read landed (or the main thread called): the connections that wait
+            // for one run their request again (one still unread waits again).
+            for idx in std::mem::take(&mut self.awaiting_flash) {
+                self.mark(idx);
+            }
+        }
         for idx in udp {
             self.serve_udp(idx);
         }
