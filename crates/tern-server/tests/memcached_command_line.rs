@@ -1,8 +1,8 @@
 //! memcached's command line, run against tern: every flag and extended option Debian's
 //! memcached 1.6.18 lists in `memcached -h` is in `tern serve --help` and starts tern (or is
-//! refused, for the few that belong to other work, with a reason); what memcached refuses, tern
-//! refuses; the acting flags show in `stats settings` as memcached shows them; the start-up
-//! warning names what is ignored; and a Debian user's memcached.conf and the command line of
+//! refused with a reason, as kernel TLS); what memcached refuses, tern refuses; the acting
+//! flags show in `stats settings` as memcached shows them; the start-up warning names what is
+//! ignored; and a Debian user's memcached.conf and the command line of
 //! Debian's memcached.service start tern unchanged (only the port and pidfile overridden, so the
 //! test can run beside a real memcached).
 use std::collections::{BTreeSet, HashMap};
@@ -271,11 +271,9 @@ const EXTENDED_ACCEPTED: &[&str] = &[
     "ssl_min_version=2",
 ];
 
-/// The extended options tern refuses (they belong to other work), with what its error says.
-const EXTENDED_REFUSED: &[(&str, &str)] = &[
-    ("ext_path=/var/cache/memcached:1G", "no external storage"),
-    ("ssl_kernel_tls", "kernel TLS offload is not supported"),
-];
+/// The extended options tern refuses, with what its error says.
+const EXTENDED_REFUSED: &[(&str, &str)] =
+    &[("ssl_kernel_tls", "kernel TLS offload is not supported")];
 
 fn option_name(item: &str) -> &str {
     item.split('=').next().unwrap()
@@ -288,6 +286,7 @@ fn every_extended_option_of_debians_memcached_starts_tern_as_it_starts_memcached
         .iter()
         .copied()
         .chain(EXTENDED_REFUSED.iter().map(|(item, _)| *item))
+        .chain(["ext_path"])
         .map(|item| option_name(item).to_string())
         .filter(|name| name != "lru_maintainer")
         .collect();
@@ -296,12 +295,29 @@ fn every_extended_option_of_debians_memcached_starts_tern_as_it_starts_memcached
         "memcached -h lists other extended options than this test covers"
     );
 
-    let all = EXTENDED_ACCEPTED.join(",");
+    // Each server with a flash file of its own (memcached locks its file).
+    let dir = Scratch::new("extended");
+    let all = |flash: &str| {
+        format!(
+            "{},ext_path={}:64m",
+            EXTENDED_ACCEPTED.join(","),
+            dir.path(flash)
+        )
+    };
     let (tern_port, memcached_port) = (free_port(), free_port());
-    let listen = |port: u16| argv(&["-l", "127.0.0.1", "-p", &port.to_string(), "-o", &all]);
-    let tern = Logged::tern(&listen(tern_port), tern_port);
+    let listen = |port: u16, flash: &str| {
+        argv(&[
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-o",
+            &all(flash),
+        ])
+    };
+    let tern = Logged::tern(&listen(tern_port, "tern"), tern_port);
     let memcached = Logged::memcached(
-        &[listen(memcached_port), argv(&["-U", "0"])].concat(),
+        &[listen(memcached_port, "memcached"), argv(&["-U", "0"])].concat(),
         memcached_port,
     );
     let (ours, theirs) = (tern.settings(), memcached.settings());
@@ -325,7 +341,8 @@ fn every_extended_option_of_debians_memcached_starts_tern_as_it_starts_memcached
             "read_buf_mem_limit",
         ]
         .contains(&name)
-            || name.starts_with("ssl_");
+            || name.starts_with("ssl_")
+            || name.starts_with("ext_");
         assert_eq!(named, !acts, "{name} in the start-up warning:\n{warning}");
     }
 

@@ -121,6 +121,8 @@ pub enum AdminCommand {
     CacheMemlimit,
     /// `refresh_certs`: reload the TLS certificate and key.
     RefreshCerts,
+    /// `extstore SETTING VALUE`: change a knob of the flash tier.
+    Extstore,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -682,9 +684,11 @@ fn parse_tokens(line: &[u8]) -> Result<Command<'_>, Rejection> {
                 args: Keys::new(&line[start..]),
             })
         }
-        b"watch" | b"lru_crawler" | b"slabs" | b"lru" | b"cache_memlimit" | b"refresh_certs" => {
+        b"watch" | b"lru_crawler" | b"slabs" | b"lru" | b"cache_memlimit" | b"refresh_certs"
+        | b"extstore" => {
             let command = match cmd {
                 b"refresh_certs" => AdminCommand::RefreshCerts,
+                b"extstore" => AdminCommand::Extstore,
                 b"watch" => AdminCommand::Watch,
                 b"lru_crawler" => AdminCommand::LruCrawler,
                 b"slabs" => AdminCommand::Slabs,
@@ -729,6 +733,7 @@ fn is_looked_up_by_token(cmd: &[u8]) -> bool {
             | b"lru_crawler"
             | b"verbosity"
             | b"lru"
+            | b"extstore"
             | b"refresh_certs"
     )
 }
@@ -1063,6 +1068,22 @@ mod tests {
             panic!()
         };
         assert!(!noreply);
+        // Found by its token, as memcached built with extstore finds it (a leading space too).
+        for text in [
+            "extstore item_size 100 noreply",
+            " extstore item_size 100 noreply",
+        ] {
+            let Ok(Command::Admin {
+                command: AdminCommand::Extstore,
+                args,
+                noreply: true,
+            }) = line(text)
+            else {
+                panic!("{text}")
+            };
+            let words: Vec<&[u8]> = args.collect();
+            assert_eq!(words, [&b"item_size"[..], b"100", b"noreply"]);
+        }
     }
 
     #[test]

@@ -10,6 +10,9 @@ use super::{extended, IoEngine, Protocol};
 const MEMCACHED_IGNORED: &str =
     "memcached options tern accepts and ignores (named in a start-up warning)";
 const TERN: &str = "tern's own options";
+const FLASH: &str =
+    "Flash tier, memcached's extstore (https://memcached.org/extstore): each flag is \
+                     also `-o ext_...` and a TOML key";
 
 /// `tern serve`'s command line. Options left out come from `--memcached-conf FILE`, then
 /// `--config FILE`, then the defaults.
@@ -182,6 +185,10 @@ pub struct ServeArgs {
     /// connections over tern's workers (one SO_REUSEPORT socket each); place them with --pin.
     #[arg(short = 'N', long, visible_alias = "napi_ids", value_name = "N", help_heading = MEMCACHED_IGNORED)]
     pub napi_ids: Option<u32>,
+    /// memcached's `-o ext_io_depth`, the I/O operations each extstore thread submits at once.
+    /// Ignored: tern's flash tier has no such setting.
+    #[arg(long, value_name = "N", help_heading = MEMCACHED_IGNORED)]
+    pub ext_io_depth: Option<u32>,
     /// SASL authentication for binary clients: mechanism PLAIN against the `user:password`
     /// file named by the MEMCACHED_SASL_PWDB environment variable; text clients are refused.
     #[arg(short = 'S', long)]
@@ -226,6 +233,54 @@ pub struct ServeArgs {
     /// threads on its CPUs, or on the --pin CPUs, which must be on the node).
     #[arg(long, value_name = "N", help_heading = TERN)]
     pub numa_node: Option<usize>,
+    /// `-o ext_path=FILE:SIZE`: a file to keep items in beyond -m, SIZE with an m, g, t or p
+    /// suffix (ext_path=/mnt/d1/extstore:1G); repeated, the files form one pool. Turns the flash
+    /// tier on [default: none].
+    #[arg(long, value_name = "FILE:SIZE", help_heading = FLASH)]
+    pub ext_path: Vec<String>,
+    /// `-o ext_page_size`: size in megabytes of storage pages [default: 64].
+    #[arg(long, value_name = "MB", help_heading = FLASH)]
+    pub ext_page_size: Option<u32>,
+    /// `-o ext_wbuf_size`: size in megabytes of page write buffers; at least -I [default: 4].
+    #[arg(long, value_name = "MB", help_heading = FLASH)]
+    pub ext_wbuf_size: Option<u32>,
+    /// `-o ext_threads`: number of IO threads to run [default: 1].
+    #[arg(long, value_name = "N", help_heading = FLASH)]
+    pub ext_threads: Option<u32>,
+    /// `-o ext_item_size`: store items larger than this [bytes, default: 512].
+    #[arg(long, value_name = "BYTES", help_heading = FLASH)]
+    pub ext_item_size: Option<u32>,
+    /// `-o ext_item_age`: store items idle at least this long [seconds, default: no age limit].
+    #[arg(long, value_name = "SECS", help_heading = FLASH)]
+    pub ext_item_age: Option<u32>,
+    /// `-o ext_low_ttl`: consider TTLs lower than this specially [default: 0].
+    #[arg(long, value_name = "SECS", help_heading = FLASH)]
+    pub ext_low_ttl: Option<u32>,
+    /// `-o ext_drop_unread`: don't re-write unread values during compaction [default: off].
+    #[arg(long, help_heading = FLASH)]
+    pub ext_drop_unread: bool,
+    /// `-o ext_recache_rate`: recache an item every N accesses [default: 2000].
+    #[arg(long, value_name = "N", help_heading = FLASH)]
+    pub ext_recache_rate: Option<u32>,
+    /// `-o ext_compact_under`: compact when fewer than this many free pages [default: 1 percent
+    /// of the pages of the last ext_path, at least 1].
+    #[arg(long, value_name = "PAGES", help_heading = FLASH)]
+    pub ext_compact_under: Option<u32>,
+    /// `-o ext_drop_under`: drop COLD items when fewer than this many free pages [default: as
+    /// ext_compact_under, and set with it while that is not given].
+    #[arg(long, value_name = "PAGES", help_heading = FLASH)]
+    pub ext_drop_under: Option<u32>,
+    /// `-o ext_max_frag`: only defrag pages if they are less full than this pct-wise
+    /// [default: 0.80].
+    #[arg(long, value_name = "RATIO", help_heading = FLASH)]
+    pub ext_max_frag: Option<f64>,
+    /// `-o ext_max_sleep`: max sleep time of background threads in us [default: 1000000].
+    #[arg(long, value_name = "USECS", help_heading = FLASH)]
+    pub ext_max_sleep: Option<u32>,
+    /// `-o slab_automove_freeratio`: memcached's ratio of memory to hold free as buffer. Shown
+    /// in `stats settings`; ignored, tern has no slab classes [default: 0.010].
+    #[arg(long, value_name = "RATIO", help_heading = FLASH)]
+    pub slab_automove_freeratio: Option<f64>,
     /// How workers do socket I/O: epoll (an event loop, a read and a write system call per
     /// wake-up) or uring (io_uring: multishot accept and receive into a buffer ring, a turn's
     /// sends submitted with one system call; Linux 6.1 or later, else epoll with a warning;

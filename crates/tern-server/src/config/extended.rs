@@ -2,13 +2,14 @@
 //! (getsubopt): comma-separated, repeatable, applied in order so a later one wins; a value
 //! given to an option that takes none is ignored; an unknown option is refused. Each option
 //! memcached 1.6.45 knows (its `subopts_tokens` and extstore's) is in [`OPTIONS`]: it acts,
-//! does nothing (as in memcached), is ignored with a reason, or is refused.
+//! does nothing (as in memcached), is ignored with a reason, or is refused. The extstore
+//! options fill `Settings::flash` (`config::flash`).
 
 use anyhow::bail;
 
 use super::ignored::Reason;
 use super::Settings;
-use Effect::{Hashpower, IdleTimeout, MaxconnsFast, NoModern, Nothing, ReadBufMemLimit};
+use Effect::{Flash, Hashpower, IdleTimeout, MaxconnsFast, NoModern, Nothing, ReadBufMemLimit};
 use Value::{Flag, Int, IntOrNothing, Number, OneOf, Text};
 
 /// What an option's value must look like; memcached's own checks, so that a command line
@@ -43,6 +44,28 @@ enum Effect {
     Refused(&'static str),
     /// An `ssl_*` option (`config::tls`).
     Tls,
+    /// An extstore option (`config::flash`).
+    Flash(Ext),
+}
+
+/// The extstore options that act (`ext_io_depth` is ignored).
+#[derive(Clone, Copy)]
+enum Ext {
+    Path,
+    PageSize,
+    WbufSize,
+    Threads,
+    ItemSize,
+    ItemAge,
+    LowTtl,
+    RecacheRate,
+    CompactUnder,
+    DropUnder,
+    MaxSleep,
+    MaxFrag,
+    DropUnread,
+    /// `slab_automove_freeratio`: shown in `stats settings`, else ignored (no slab classes).
+    FreeRatio,
 }
 
 struct Opt {
@@ -63,7 +86,6 @@ const U32: u64 = u32::MAX as u64;
 const ANY: Value = Value::Number(f64::NEG_INFINITY, f64::INFINITY);
 const SLABS: Effect = Effect::Ignored(Reason::SlabClasses);
 const LRU: Effect = Effect::Ignored(Reason::Lru);
-const EXTSTORE: Effect = Effect::Ignored(Reason::Extstore);
 
 const NO_PROXY: Effect = Effect::Refused("tern is a cache, not memcached's proxy");
 
@@ -87,7 +109,7 @@ const OPTIONS: &[Opt] = &[
     opt("no_slab_automove", Flag, SLABS),
     opt("slab_automove_ratio", Number(0.0, 1.0), SLABS),
     opt("slab_automove_window", Int(3, 1800), SLABS),
-    opt("slab_automove_freeratio", ANY, SLABS),
+    opt("slab_automove_freeratio", ANY, Flash(Ext::FreeRatio)),
     opt("no_chunked_items", Flag, SLABS),
     opt("track_sizes", Flag, SLABS),
     opt("lru_crawler", Flag, LRU),
@@ -133,26 +155,24 @@ const OPTIONS: &[Opt] = &[
         Int(0, U32),
         Effect::Ignored(Reason::SocketMark),
     ),
+    opt("ext_path", Text, Flash(Ext::Path)),
+    opt("ext_page_size", Int(0, U32), Flash(Ext::PageSize)),
+    opt("ext_wbuf_size", Int(0, U32), Flash(Ext::WbufSize)),
+    opt("ext_threads", Int(0, U32), Flash(Ext::Threads)),
     opt(
-        "ext_path",
-        Text,
-        Effect::Refused(
-            "tern has no external storage, memcached's extstore: the cache holds -m megabytes",
-        ),
+        "ext_io_depth",
+        Int(0, U32),
+        Effect::Ignored(Reason::FlashIoDepth),
     ),
-    opt("ext_page_size", Int(0, U32), EXTSTORE),
-    opt("ext_wbuf_size", Int(0, U32), EXTSTORE),
-    opt("ext_threads", Int(0, U32), EXTSTORE),
-    opt("ext_io_depth", Int(0, U32), EXTSTORE),
-    opt("ext_item_size", Int(0, U32), EXTSTORE),
-    opt("ext_item_age", Int(0, U32), EXTSTORE),
-    opt("ext_low_ttl", Int(0, U32), EXTSTORE),
-    opt("ext_recache_rate", Int(0, U32), EXTSTORE),
-    opt("ext_compact_under", Int(0, U32), EXTSTORE),
-    opt("ext_drop_under", Int(0, U32), EXTSTORE),
-    opt("ext_max_sleep", Int(0, U32), EXTSTORE),
-    opt("ext_max_frag", ANY, EXTSTORE),
-    opt("ext_drop_unread", Flag, EXTSTORE),
+    opt("ext_item_size", Int(0, U32), Flash(Ext::ItemSize)),
+    opt("ext_item_age", Int(0, U32), Flash(Ext::ItemAge)),
+    opt("ext_low_ttl", Int(0, U32), Flash(Ext::LowTtl)),
+    opt("ext_recache_rate", Int(0, U32), Flash(Ext::RecacheRate)),
+    opt("ext_compact_under", Int(0, U32), Flash(Ext::CompactUnder)),
+    opt("ext_drop_under", Int(0, U32), Flash(Ext::DropUnder)),
+    opt("ext_max_sleep", Int(0, U32), Flash(Ext::MaxSleep)),
+    opt("ext_max_frag", ANY, Flash(Ext::MaxFrag)),
+    opt("ext_drop_unread", Flag, Flash(Ext::DropUnread)),
     opt("ssl_chain_cert", Text, Effect::Tls),
     opt("ssl_key", Text, Effect::Tls),
     opt("ssl_verify_mode", Text, Effect::Tls),
@@ -192,6 +212,9 @@ pub(super) fn apply(settings: &mut Settings, arg: &str) -> anyhow::Result<()> {
         if let Effect::Refused(why) = opt.effect {
             bail!("-o {name}: {why}");
         }
+        if matches!(opt.effect, Flash(Ext::Path)) && value.is_none() {
+            bail!("-o ext_path: missing argument to ext_path, ie: ext_path=/d/file:5G");
+        }
         let number = check(opt, value)?;
         match opt.effect {
             MaxconnsFast(on) => settings.maxconns_fast = on,
@@ -207,8 +230,48 @@ pub(super) fn apply(settings: &mut Settings, arg: &str) -> anyhow::Result<()> {
             Effect::Tls => {
                 settings.tls.apply(name, value)?;
             }
+            Flash(ext) => apply_flash(settings, ext, value, number)?,
             Effect::Refused(_) => unreachable!("refused above"),
         }
+    }
+    Ok(())
+}
+
+/// Sets an extstore option, its value checked already (`number`: an integer one's).
+fn apply_flash(
+    settings: &mut Settings,
+    ext: Ext,
+    value: Option<&str>,
+    number: Option<u64>,
+) -> anyhow::Result<()> {
+    // `check` took the value within 0..=u32::MAX, or as a float.
+    let int = number.unwrap_or_default() as u32;
+    let float = || {
+        value
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_default()
+    };
+    let flash = &mut settings.flash;
+    let knobs = &mut flash.knobs;
+    match ext {
+        Ext::Path => {
+            if flash.add_path(value.unwrap_or_default())?.is_some() {
+                settings.ignore("ext_path's bucket", Reason::FlashBucket);
+            }
+        }
+        Ext::PageSize => flash.page_size_mb = int,
+        Ext::WbufSize => flash.wbuf_size_mb = int,
+        Ext::Threads => flash.threads = int,
+        Ext::ItemSize => knobs.item_size = int,
+        Ext::ItemAge => knobs.item_age = int,
+        Ext::LowTtl => knobs.low_ttl = int,
+        Ext::RecacheRate => knobs.recache_rate = int,
+        Ext::CompactUnder => knobs.compact_under = int,
+        Ext::DropUnder => knobs.drop_under = int,
+        Ext::MaxSleep => knobs.max_sleep_us = int,
+        Ext::MaxFrag => knobs.max_frag = float(),
+        Ext::DropUnread => knobs.drop_unread = true,
+        Ext::FreeRatio => settings.set_slab_automove_freeratio(float()),
     }
     Ok(())
 }
@@ -262,11 +325,15 @@ pub(super) fn help() -> String {
          applied in order. Unknown options are refused, as memcached refuses them.\n\
          Acting: maxconns_fast, no_maxconns_fast (also --maxconns-fast), idle_timeout=SECS (also \
          --idle-timeout), read_buf_mem_limit=MB (also --read-buf-mem-limit), hashpower=12..32 (also --hashpower; shown in `stats settings`, the \
-         index grows by itself), no_modern (its no_maxconns_fast part), {} (with -Z).\n\
+         index grows by itself), no_modern (its no_maxconns_fast part), {} (with -Z), {} (the \
+         flash tier, memcached's extstore, on with ext_path=FILE:SIZE: see the --ext-* flags), \
+         slab_automove_freeratio=N (also --slab-automove-freeratio; shown in `stats settings` \
+         with a flash tier, and named in the warning: tern has no slab classes).\n\
          Doing nothing, as in memcached 1.6: {}.\n\
          Accepted and ignored, named in a start-up warning:\n{ignored}\n\
          Refused:\n{refused}",
         spelled(|e| matches!(e, Effect::Tls)),
+        spelled(|e| matches!(e, Flash(ext) if !matches!(ext, Ext::FreeRatio))),
         spelled(|e| matches!(e, Nothing)),
     )
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::ignored::Reason;
 use super::{parse_mask, parse_size, split_list, tls, IoEngine, Protocol, Settings};
 
 #[derive(Deserialize, Debug, Default)]
@@ -62,6 +63,20 @@ pub(super) struct FileConfig {
     auth_file: Option<PathBuf>,
     enable_sasl: Option<bool>,
     io_engine: Option<IoEngine>,
+    ext_path: Option<OneOrMany>,
+    ext_page_size: Option<u32>,
+    ext_wbuf_size: Option<u32>,
+    ext_threads: Option<u32>,
+    ext_item_size: Option<u32>,
+    ext_item_age: Option<u32>,
+    ext_low_ttl: Option<u32>,
+    ext_recache_rate: Option<u32>,
+    ext_compact_under: Option<u32>,
+    ext_drop_under: Option<u32>,
+    ext_max_frag: Option<f64>,
+    ext_drop_unread: Option<bool>,
+    ext_max_sleep: Option<u32>,
+    slab_automove_freeratio: Option<f64>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -190,6 +205,36 @@ impl Settings {
         }
         if let Some(path) = f.takeover_socket {
             self.takeover_socket = Some(path);
+        }
+        if let Some(paths) = f.ext_path {
+            let paths = match paths {
+                OneOrMany::One(s) => vec![s],
+                OneOrMany::Many(v) => v,
+            };
+            for path in paths {
+                if self.flash.add_path(&path)?.is_some() {
+                    self.ignore("ext_path's bucket", Reason::FlashBucket);
+                }
+            }
+        }
+        let flash = &mut self.flash;
+        macro_rules! take_flash {
+            ($($field:ident => $target:expr),* $(,)?) => {
+                $(if let Some(v) = f.$field { $target = v; })*
+            };
+        }
+        take_flash!(
+            ext_page_size => flash.page_size_mb, ext_wbuf_size => flash.wbuf_size_mb,
+            ext_threads => flash.threads, ext_item_size => flash.knobs.item_size,
+            ext_item_age => flash.knobs.item_age, ext_low_ttl => flash.knobs.low_ttl,
+            ext_recache_rate => flash.knobs.recache_rate,
+            ext_compact_under => flash.knobs.compact_under,
+            ext_drop_under => flash.knobs.drop_under, ext_max_frag => flash.knobs.max_frag,
+            ext_drop_unread => flash.knobs.drop_unread,
+            ext_max_sleep => flash.knobs.max_sleep_us,
+        );
+        if let Some(ratio) = f.slab_automove_freeratio {
+            self.set_slab_automove_freeratio(ratio);
         }
         Ok(())
     }

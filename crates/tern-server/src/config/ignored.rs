@@ -11,7 +11,8 @@ pub enum Reason {
     NoModern,
     LogBuffers,
     Deprecated,
-    Extstore,
+    FlashIoDepth,
+    FlashBucket,
     Seccomp,
     SocketMark,
     NapiIds,
@@ -35,7 +36,12 @@ impl Reason {
             }
             Reason::LogBuffers => "tern sizes its log buffers itself",
             Reason::Deprecated => "memcached no longer uses it either",
-            Reason::Extstore => "tern has no external storage, memcached's extstore",
+            Reason::FlashIoDepth => {
+                "tern's flash tier takes no I/O depth: its ext_threads threads do the I/O"
+            }
+            Reason::FlashBucket => {
+                "tern's flash files form one pool of pages: a file takes no bucket of its own"
+            }
             Reason::Seccomp => "tern installs no seccomp filter",
             Reason::SocketMark => "tern sets no SO_MARK on its sockets",
             Reason::NapiIds => {

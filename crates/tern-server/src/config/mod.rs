@@ -11,6 +11,7 @@
 mod args;
 mod extended;
 mod file;
+mod flash;
 mod ignored;
 mod memcached_conf;
 mod tls;
@@ -24,6 +25,7 @@ use tern_tune::pin::PinSpec;
 
 pub use args::ServeArgs;
 use file::FileConfig;
+pub use flash::FlashOptions;
 pub use ignored::{Ignored, Reason};
 pub use tls::{ListenTls, TlsOptions, TlsVersion};
 
@@ -79,7 +81,7 @@ impl IoEngine {
 pub const DEFAULT_READ_BUF_MEM_LIMIT: u64 = 16 << 20;
 
 /// The settings the server runs with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub port: u16,
     pub listen: Vec<String>,
@@ -147,6 +149,8 @@ pub struct Settings {
     /// `--io-engine`; after start-up, the engine the workers actually run (epoll where the
     /// kernel lacks io_uring).
     pub io_engine: IoEngine,
+    /// `-o ext_*`: the flash tier.
+    pub flash: FlashOptions,
 }
 
 impl Default for Settings {
@@ -196,6 +200,7 @@ impl Default for Settings {
             auth_file: None,
             enable_sasl: false,
             io_engine: IoEngine::Epoll,
+            flash: FlashOptions::default(),
         }
     }
 }
@@ -251,11 +256,24 @@ impl Settings {
         });
     }
 
+    /// `slab_automove_freeratio`: kept for `stats settings`, else without use.
+    fn set_slab_automove_freeratio(&mut self, ratio: f64) {
+        self.flash.slab_automove_freeratio = ratio;
+        self.ignore("slab_automove_freeratio", Reason::SlabClasses);
+    }
+
     fn apply_args(&mut self, a: &ServeArgs) -> anyhow::Result<()> {
         self.apply_ignored_flags(a)?;
+        // ext_path is repeatable: the files a source names replace an earlier source's, as -l's
+        // addresses do.
+        let earlier_files = std::mem::take(&mut self.flash.files);
         // -o first, so that the long flags naming the same settings win over it.
         for arg in &a.extended {
             extended::apply(self, arg)?;
+        }
+        self.apply_flash_args(a)?;
+        if self.flash.files.is_empty() {
+            self.flash.files = earlier_files;
         }
         macro_rules! take {
             ($($field:ident => $target:ident),* $(,)?) => {
@@ -334,6 +352,37 @@ impl Settings {
         }
         if a.takeover_socket.is_some() {
             self.takeover_socket = a.takeover_socket.clone();
+        }
+        Ok(())
+    }
+
+    /// The `--ext-*` flags (after `-o`'s, so they win).
+    fn apply_flash_args(&mut self, a: &ServeArgs) -> anyhow::Result<()> {
+        for path in &a.ext_path {
+            if self.flash.add_path(path)?.is_some() {
+                self.ignore("ext_path's bucket", Reason::FlashBucket);
+            }
+        }
+        let f = &mut self.flash;
+        macro_rules! take {
+            ($($field:ident => $target:expr),* $(,)?) => {
+                $(if let Some(v) = a.$field { $target = v; })*
+            };
+        }
+        take!(
+            ext_page_size => f.page_size_mb, ext_wbuf_size => f.wbuf_size_mb,
+            ext_threads => f.threads, ext_item_size => f.knobs.item_size,
+            ext_item_age => f.knobs.item_age, ext_low_ttl => f.knobs.low_ttl,
+            ext_recache_rate => f.knobs.recache_rate,
+            ext_compact_under => f.knobs.compact_under, ext_drop_under => f.knobs.drop_under,
+            ext_max_frag => f.knobs.max_frag, ext_max_sleep => f.knobs.max_sleep_us,
+        );
+        f.knobs.drop_unread |= a.ext_drop_unread;
+        if a.ext_io_depth.is_some() {
+            self.ignore("ext_io_depth", Reason::FlashIoDepth);
+        }
+        if let Some(ratio) = a.slab_automove_freeratio {
+            self.set_slab_automove_freeratio(ratio);
         }
         Ok(())
     }
@@ -465,6 +514,11 @@ impl Settings {
         if self.tls.enabled && self.port == 0 {
             bail!("-Z: TLS needs a TCP port");
         }
+        self.flash.validate(
+            self.max_item_size,
+            self.udp_port,
+            self.memory_file.as_deref(),
+        )?;
         Ok(())
     }
 
@@ -528,6 +582,11 @@ impl Settings {
         fix(&mut self.memory_file);
         fix(&mut self.auth_file);
         fix(&mut self.takeover_socket);
+        for file in &mut self.flash.files {
+            if file.path.is_relative() {
+                file.path = cwd.join(&file.path);
+            }
+        }
         Ok(())
     }
 }
@@ -802,7 +861,8 @@ mod tests {
             ("tail_repair_time=5", "from 10"),
             ("ssl_kernel_tls", "kernel TLS offload is not supported"),
             ("ssl_verify_mode=4", "expected 0 (none)"),
-            ("ext_path=/mnt/flash:64G", "no external storage"),
+            ("ext_path=/mnt/flash:64GB", "(m|g|t|p supported)"),
+            ("ext_path", "missing argument to ext_path"),
             ("proxy_config=routelib", "not memcached's proxy"),
         ] {
             let err = error(&["-o", argv]);
@@ -820,7 +880,7 @@ mod tests {
             "-o",
             "slab_chunk_max=512,lru_crawler,hot_lru_pct=20,slab_reassign,slab_automove",
             "-o",
-            "lru_crawler,drop_privileges,ext_item_size=512",
+            "lru_crawler,drop_privileges,ext_io_depth=2",
             "-r",
             "-N",
             "2",
@@ -838,7 +898,7 @@ mod tests {
         for name in [
             "hot_lru_pct",
             "drop_privileges",
-            "ext_item_size",
+            "ext_io_depth",
             "-r (",
             "-N (",
         ] {
@@ -865,6 +925,113 @@ mod tests {
         ] {
             assert!(error(argv).contains(says), "{argv:?}: {}", error(argv));
         }
+    }
+
+    #[test]
+    fn flash_tier_from_extended_options_flags_and_file() {
+        assert_eq!(settings(&[]).unwrap().flash.store_config(), None);
+        let s = settings(&[
+            "-o",
+            "ext_path=/f1:1g,ext_page_size=32,ext_wbuf_size=2,ext_threads=3",
+            "-o",
+            "ext_item_size=100,ext_item_age=60,ext_low_ttl=5,ext_recache_rate=10,\
+             ext_compact_under=4,ext_drop_under=3,ext_max_sleep=7,ext_max_frag=0.5,\
+             ext_drop_unread,ext_path=/f2:2G,ext_io_depth=8",
+        ])
+        .unwrap();
+        let f = s.flash.store_config().unwrap();
+        let paths: Vec<_> = f
+            .files
+            .iter()
+            .map(|f| (f.path.to_str().unwrap(), f.bytes))
+            .collect();
+        assert_eq!(paths, [("/f1", 1 << 30), ("/f2", 2 << 30)]);
+        assert_eq!(
+            (f.page_size, f.wbuf_size, f.io_threads),
+            (32 << 20, 2 << 20, 3)
+        );
+        let k = f.knobs;
+        assert_eq!((k.item_size, k.item_age, k.low_ttl), (100, 60, 5));
+        assert_eq!((k.recache_rate, k.compact_under, k.drop_under), (10, 4, 3));
+        assert_eq!((k.max_sleep_us, k.max_frag, k.drop_unread), (7, 0.5, true));
+        assert_eq!(ignored_names(&s), ["ext_io_depth"]);
+
+        let long = settings(&[
+            "-o",
+            "ext_path=/o:1g,ext_item_size=1",
+            "--ext-path",
+            "/a,b:1g",
+            "--ext-item-size=2",
+            "--ext-max-frag",
+            "0.25",
+            "--ext-drop-unread",
+            "--ext-io-depth",
+            "4",
+            "--slab-automove-freeratio",
+            "0.5",
+        ])
+        .unwrap();
+        let f = long.flash.store_config().unwrap();
+        // -o's files and the flags' together; a path may hold a comma on the flag.
+        assert_eq!(f.files[1].path.to_str(), Some("/a,b"));
+        assert_eq!((f.knobs.item_size, f.knobs.max_frag), (2, 0.25));
+        assert!(f.knobs.drop_unread);
+        assert_eq!(long.flash.slab_automove_freeratio, 0.5);
+        assert_eq!(
+            ignored_names(&long),
+            ["ext_io_depth", "slab_automove_freeratio"]
+        );
+        let bucket = settings(&["-o", "ext_path=/f:1g:compact"]).unwrap();
+        assert_eq!(ignored_names(&bucket), ["ext_path's bucket"]);
+
+        let dir = Scratch::new("flash-toml");
+        let toml = dir.file(
+            "tern.toml",
+            "ext_path = [\"/t1:1g\", \"/t2:1g\"]\next_item_size = 64\next_max_frag = 0.3\n\
+             ext_drop_unread = true\nslab_automove_freeratio = 0.2\n",
+        );
+        let s = settings(&["--config", &toml]).unwrap();
+        assert_eq!(s.flash.files.len(), 2);
+        assert_eq!((s.flash.knobs.item_size, s.flash.knobs.max_frag), (64, 0.3));
+        assert!(s.flash.knobs.drop_unread);
+        assert_eq!(ignored_names(&s), ["slab_automove_freeratio"]);
+        let one = dir.file("one.toml", "ext_path = \"/t:1g\"\n");
+        assert_eq!(settings(&["--config", &one]).unwrap().flash.files.len(), 1);
+        // The command line's files replace the file's, as its -l replaces the file's listen.
+        let s = settings(&["--config", &toml, "-o", "ext_path=/c:1g"]).unwrap();
+        let paths: Vec<_> = s.flash.files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(paths, [PathBuf::from("/c")]);
+        // Otherwise the file's stay, the flags changing the rest.
+        let s = settings(&["--config", &toml, "--ext-item-size", "9"]).unwrap();
+        assert_eq!((s.flash.files.len(), s.flash.knobs.item_size), (2, 9));
+
+        for (argv, says) in [
+            (
+                &["-o", "ext_path=/f:0g"][..],
+                "supplied ext_path has zero size",
+            ),
+            (&["-o", "ext_path=/f:1g", "-U", "1"], "Cannot use UDP"),
+            (&["--ext-path", "/f:1GB"], "(m|g|t|p supported)"),
+            (
+                &["--ext-path", "/f:1g", "--ext-threads", "0"],
+                "ext_threads=0",
+            ),
+            (&["-o", "ext_item_size=x"], "ext_item_size=x"),
+            (&["--ext-item-size", "-1"], "-1"),
+        ] {
+            assert!(error(argv).contains(says), "{argv:?}: {}", error(argv));
+        }
+        // Inert without ext_path, as in memcached: the knobs alone are not checked.
+        assert!(settings(&["-o", "ext_threads=0", "-U", "1"]).is_ok());
+    }
+
+    #[test]
+    fn flash_paths_are_made_absolute() {
+        let mut s = settings(&["-o", "ext_path=rel/flash:1g,ext_path=/abs:1g"]).unwrap();
+        s.absolutize_paths().unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(s.flash.files[0].path, cwd.join("rel/flash"));
+        assert_eq!(s.flash.files[1].path, PathBuf::from("/abs"));
     }
 
     #[test]

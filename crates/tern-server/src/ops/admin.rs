@@ -1,12 +1,13 @@
 //! memcached's admin commands for its slab allocator, LRU and crawler, answered as memcached
 //! 1.6.18 answers them (checked side by side; `slabs` as 1.6.45 does) and mapped onto tern's segments, which have one
 //! class (id 1), no LRU and no crawler thread: settings tern has no use for are accepted and
-//! change nothing (docs/serve.md lists them).
+//! change nothing (docs/serve.md lists them). `extstore` changes the flash tier's knobs, as
+//! 1.6.45 does.
 
 use std::io::Write as _;
 
 use tern_admin::{Command as Cmd, Outcome};
-use tern_store::DumpCursor;
+use tern_store::{DumpCursor, FlashSettings};
 
 use super::Ops;
 use crate::state::watch::LoggedKey;
@@ -63,6 +64,74 @@ fn automove(setting: &[u8], value: Option<&[u8]>) -> AdminReply {
     }
 }
 
+/// memcached's `safe_strtod` on a token: C's strtod reading all of it, refused on overflow or
+/// underflow to 0 (its ERANGE). strtod's hexadecimal floats are refused too.
+fn c_strtod(word: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(word).ok()?;
+    let x: f64 = text.parse().ok()?;
+    let mantissa = text.split(['e', 'E']).next().unwrap_or_default();
+    let overflow = x.is_infinite() && !mantissa.to_ascii_lowercase().contains("inf");
+    let underflow = x == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    (!overflow && !underflow).then_some(x)
+}
+
+/// memcached's class ids run below this (`MAX_NUMBER_OF_SLAB_CLASSES`).
+const SLAB_CLASSES: u32 = 64;
+
+/// `extstore SETTING VALUE` as 1.6.45's `process_extstore_command` runs it on `knobs`: the
+/// knobs after it, and whether it answers `OK` (else `ERROR`). `words` follow `extstore`, a
+/// final `noreply` included (memcached counts it). A setting matches every name it starts
+/// (memcached compares the typed word's length), the first in memcached's order winning;
+/// `free_memchunks CLASS LIMIT` is deprecated and accepted.
+fn extstore_change(words: &[&[u8]], mut knobs: FlashSettings) -> (FlashSettings, bool) {
+    let [setting, value, rest @ ..] = words else {
+        return (knobs, false);
+    };
+    let is = |name: &[u8]| name.starts_with(setting);
+    if is(b"free_memchunks") && !rest.is_empty() {
+        let class = tern_proto::ascii::token_u32(value);
+        let limit = tern_proto::ascii::token_u32(rest[0]);
+        let ok = limit.is_some() && class.is_some_and(|c| c < SLAB_CLASSES);
+        return (knobs, ok);
+    }
+    let number = tern_proto::ascii::token_u32(value);
+    let field = if is(b"item_size") {
+        &mut knobs.item_size
+    } else if is(b"item_age") {
+        &mut knobs.item_age
+    } else if is(b"low_ttl") {
+        &mut knobs.low_ttl
+    } else if is(b"recache_rate") {
+        &mut knobs.recache_rate
+    } else if is(b"compact_under") {
+        &mut knobs.compact_under
+    } else if is(b"drop_under") {
+        &mut knobs.drop_under
+    } else if is(b"max_sleep") {
+        &mut knobs.max_sleep_us
+    } else if is(b"max_frag") {
+        // memcached copies at most 31 bytes of the token; safe_strtod zeroes its output first,
+        // so a value it cannot read leaves max_frag at 0.
+        if value.len() > 31 {
+            return (knobs, false);
+        }
+        let frag = c_strtod(value);
+        knobs.max_frag = frag.unwrap_or(0.0);
+        return (knobs, frag.is_some());
+    } else if is(b"drop_unread") {
+        if let Some(n) = number {
+            knobs.drop_unread = n != 0;
+        }
+        return (knobs, number.is_some());
+    } else {
+        return (knobs, false);
+    };
+    if let Some(n) = number {
+        *field = n;
+    }
+    (knobs, number.is_some())
+}
+
 impl Ops<'_> {
     fn admin_reply(&self, reply: AdminReply) -> AdminReply {
         let outcome = match &reply {
@@ -85,6 +154,28 @@ impl Ops<'_> {
                     AdminReply::Line(line)
                 }
             },
+        };
+        self.admin_reply(reply)
+    }
+
+    /// `extstore SETTING VALUE`: one of the flash tier's knobs changed (see
+    /// [`extstore_change`]). Without a flash tier, `ERROR`, as from a memcached built without
+    /// extstore.
+    pub fn extstore(&self, words: &[&[u8]]) -> AdminReply {
+        let reply = match self.shared.store.flash_knobs() {
+            None => AdminReply::Error,
+            Some(knobs) => {
+                let before = knobs.get();
+                let (after, ok) = extstore_change(words, before);
+                if after != before {
+                    knobs.set(&after);
+                }
+                if ok {
+                    AdminReply::Ok
+                } else {
+                    AdminReply::Error
+                }
+            }
         };
         self.admin_reply(reply)
     }
@@ -317,5 +408,84 @@ mod tests {
         );
         assert_eq!(ops.lru(&words("tune 10 20 0.1 2")), AdminReply::Ok);
         assert_eq!(ops.lru(&words("mode bogus")), AdminReply::Error);
+        // Without a flash tier.
+        assert_eq!(ops.extstore(&words("item_size 100")), AdminReply::Error);
+    }
+
+    /// `line` run on `knobs`, which it changes; whether it answers `OK`.
+    fn run(knobs: &mut FlashSettings, line: &str) -> bool {
+        let words: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        let (after, ok) = extstore_change(&words[1..], *knobs);
+        *knobs = after;
+        ok
+    }
+
+    /// memcached 1.6.45's answers, run with ext_path on 2026-11-26, each on the knobs the one
+    /// before left.
+    #[test]
+    fn extstore_as_memcached_runs_it() {
+        let k = &mut FlashSettings::default();
+        for (line, ok) in [
+            ("extstore", false),
+            ("extstore item_size", false),
+            ("extstore item_size -1", false),
+            ("extstore item_size 4294967296", false),
+            ("extstore item_size 12abc", false),
+            ("extstore bogus 1", false),
+            ("extstore free_memchunks 1", false),
+            ("extstore free_memchunks 64 2", false),
+            ("extstore free_memchunks 63 2", true),
+            ("extstore f 1 2", true),
+            ("extstore item_age 4294967295", true),
+        ] {
+            assert_eq!(run(k, line), ok, "{line}");
+        }
+        assert_eq!(*k, FlashSettings::default(), "nothing changed");
+        for (line, item_size) in [
+            ("extstore item_size 100", 100),
+            ("extstore item 101", 101),
+            ("extstore i 102", 102),
+            ("extstore item_size 5 6", 5),
+        ] {
+            assert!(run(k, line), "{line}");
+            assert_eq!(k.item_size, item_size, "{line}");
+        }
+        for line in [
+            "extstore max 5",
+            "extstore drop 7",
+            "extstore low_ttl 9",
+            "extstore recache_rate 3",
+            "extstore compact_under 4",
+            "extstore item_age 8",
+            "extstore drop_unread 5",
+        ] {
+            assert!(run(k, line), "{line}");
+        }
+        assert_eq!(
+            (k.max_sleep_us, k.drop_under, k.low_ttl, k.recache_rate),
+            (5, 7, 9, 3)
+        );
+        assert_eq!((k.compact_under, k.item_age, k.drop_unread), (4, 8, true));
+        assert!(run(k, "extstore drop_unread 0") && !k.drop_unread);
+        for (line, frag) in [
+            ("extstore max_frag 0.5", 0.5),
+            ("extstore max_frag 1e1", 10.0),
+            ("extstore max_frag -1", -1.0),
+            ("extstore max_frag inf", f64::INFINITY),
+        ] {
+            assert!(run(k, line), "{line}");
+            assert_eq!(k.max_frag, frag, "{line}");
+        }
+        assert!(run(k, "extstore max_frag nan") && k.max_frag.is_nan());
+        // A value strtod cannot read leaves 0 behind, and ERROR.
+        for line in ["extstore max_frag abc", "extstore max_frag 1e999"] {
+            run(k, "extstore max_frag 0.5");
+            assert!(!run(k, line), "{line}");
+            assert_eq!(k.max_frag, 0.0, "{line}");
+        }
+        // Longer than memcached copies: ERROR, nothing changed.
+        run(k, "extstore max_frag 0.5");
+        assert!(!run(k, &format!("extstore max_frag 0.{}", "5".repeat(31))));
+        assert_eq!(k.max_frag, 0.5);
     }
 }

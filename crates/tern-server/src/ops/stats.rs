@@ -7,6 +7,7 @@ use tern_admin::stats_text::{self, StatLines};
 use tern_admin::{Command as Cmd, Outcome};
 
 use super::Ops;
+use crate::state::flash;
 
 /// A `stats` request's answer.
 #[derive(Debug)]
@@ -44,8 +45,9 @@ pub enum StatsError {
 const CACHEDUMP_BYTES: usize = 2 << 20;
 
 impl Ops<'_> {
-    /// The `stats` family as memcached 1.6 answers it, plus tern's `stats segments` and `stats
-    /// hotkeys [N]`: `words` are the group and its arguments (none for general statistics).
+    /// The `stats` family as memcached 1.6 answers it (`stats extstore` with a flash tier),
+    /// plus tern's `stats segments` and `stats hotkeys [N]`: `words` are the group and its
+    /// arguments (none for general statistics).
     pub fn stats(&self, words: &[&[u8]]) -> Result<StatsReply, StatsError> {
         let reply = self.stats_group(words);
         self.record(
@@ -66,13 +68,21 @@ impl Ops<'_> {
             [] => {
                 let mut general = stats_text::stats_general(&shared.stats_snapshot());
                 // Where memcached 1.6.45 prints them: the authentication counters after
-                // `store_no_memory`, the TLS lines after `log_watchers`.
+                // `store_no_memory`, a flash tier's after `get_flushed` and `log_watchers`,
+                // the TLS lines after those.
                 let (auth, tls): (Vec<_>, Vec<_>) = shared
                     .security_stats()
                     .into_iter()
                     .partition(|(name, _)| name.starts_with("auth_"));
                 insert_after(&mut general, "store_no_memory", auth);
-                insert_after(&mut general, "log_watchers", tls);
+                let mut before_tls = "log_watchers".to_string();
+                if let Some(stats) = shared.store.flash_stats() {
+                    insert_after(&mut general, "get_flushed", flash::get_lines(&stats));
+                    let storage = flash::storage_lines(&stats);
+                    before_tls = storage.last().map_or(before_tls, |(name, _)| name.clone());
+                    insert_after(&mut general, "log_watchers", storage);
+                }
+                insert_after(&mut general, &before_tls, tls);
                 lines(general)
             }
             [b"reset"] => {
@@ -94,6 +104,10 @@ impl Ops<'_> {
             // tern keeps no item-size histogram (memcached's without -o track_sizes).
             [b"sizes"] => lines(vec![("sizes_status".into(), "disabled".into())]),
             [b"settings"] => lines(shared.settings_stats()),
+            // Without a flash tier, memcached built without extstore's answer.
+            [b"extstore"] if shared.store.flash_knobs().is_some() => {
+                lines(flash::page_lines(&shared.store.flash_pages()))
+            }
             [b"items"] => lines(stats_text::stats_items(&shared.stats_snapshot())),
             [b"slabs"] => lines(stats_text::stats_slabs(&shared.stats_snapshot())),
             [b"segments"] => lines(stats_text::stats_segments(

@@ -1,6 +1,6 @@
 //! `run`: `tern serve` from its options to a graceful stop, in the order memcached does things
 //! (signals, certificates, sockets, -d, -u, the store, the workers), and the threads beside
-//! the workers: the clock, the admin endpoint.
+//! the workers: the clock, the flash tier's, the admin endpoint.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitCode;
@@ -206,6 +206,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         large_pages: settings.enable_largepages,
         lock_memory: settings.lock_memory,
         shards: tern_store::shards_for(settings.threads, settings.memory_limit_mb << 20),
+        flash: settings.flash.store_config(),
         ..Config::default()
     };
     let (store, restored) = match &settings.memory_file {
@@ -303,6 +304,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .name("tern-clock".into())
             .spawn(move || tick_clock(&shared, &clock))?
     };
+    let flash_threads = match &shared.store.config().flash {
+        Some(flash) => (0..flash.io_threads)
+            .map(|id| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("tern-flash-{id}"))
+                    .spawn(move || flash_work(&shared))
+                    .context("starting a flash thread")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
 
     // A successor tells systemd it is the service's main process now (the one that was has
     // exited or is exiting), so a hand-over can run inside one unit (docs/restart.md).
@@ -333,8 +346,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for thread in threads {
         let _ = thread.join();
     }
-    clock_thread.thread().unpark();
-    let _ = clock_thread.join();
+    for thread in std::iter::once(clock_thread).chain(flash_threads) {
+        thread.thread().unpark();
+        let _ = thread.join();
+    }
     if let Some(file) = &shared.settings.memory_file {
         restart::save(&shared.store, file)?;
     }
@@ -429,6 +444,15 @@ fn tick_clock(shared: &Shared, clock: &Clock) {
         if ticks % RECLAIM_EVERY_SECS == 0 {
             shared.store.reclaim_expired();
         }
+    }
+}
+
+/// A flash thread: the store's background work for the flash tier, pass after pass, resting as
+/// long as each pass says (woken early at shutdown).
+fn flash_work(shared: &Shared) {
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        let rest = shared.store.flash_work();
+        std::thread::park_timeout(rest);
     }
 }
 

@@ -1,5 +1,6 @@
 //! State: what every worker shares and the server shows about itself. [`shared::Shared`] (the
 //! settings, the store, each worker's counters), `stats conns`' tables, `stats detail`, `watch`,
+//! the flash tier's `stats` lines,
 //! and what the connections of `-Z`, `-Y` and `-S` are checked against: the TLS configurations
 //! and the users. Only `config` is below it: it must not import `ops`, `wire`, `transport` or
 //! `startup` (the transport hands it sockets' addresses as plain values).
@@ -27,6 +28,7 @@ pub const VERSION_REPLY: &str = concat!("VERSION ", version!(), "\r\n");
 
 pub mod conn_table;
 pub mod credentials;
+pub mod flash;
 pub mod prefix_stats;
 pub mod read_budget;
 pub mod recording;

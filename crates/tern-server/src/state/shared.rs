@@ -11,11 +11,12 @@ use tern_admin::{
     AdminSource, HotKeyConfig, HotKeys, HotKeysReport, RestoreStats, SegmentStats, ServerStats,
     Snapshot, StoreStats,
 };
-use tern_store::{Store, UnixSecs};
+use tern_store::{FlashSettings, Store, UnixSecs};
 
 use crate::config::Settings;
 use crate::state::conn_table::{ConnEntry, ConnTables};
 use crate::state::credentials::AuthFile;
+use crate::state::flash;
 use crate::state::prefix_stats::PrefixStats;
 use crate::state::read_budget::ReadBudget;
 use crate::state::recording::WorkerState;
@@ -234,9 +235,10 @@ impl Shared {
             .memory_file
             .as_ref()
             .map_or("(null)".to_string(), |p| p.display().to_string());
-        // Machinery tern does not have (slab classes, the LRU and its crawler, extstore, NAPI
-        // ids) shows as off or 0: docs/observability.md names each line and why.
-        let lines: [(&str, &dyn std::fmt::Display); 73] = [
+        // Machinery tern does not have (slab classes, the LRU and its crawler, NAPI ids), and
+        // the flash tier when there is none, shows as off or 0: docs/observability.md names
+        // each line and why.
+        let lines: [(&str, &dyn std::fmt::Display); 62] = [
             ("maxbytes", &self.store.memory_limit()),
             ("maxconns", &s.conn_limit),
             ("tcpport", &s.port),
@@ -288,17 +290,6 @@ impl Shared {
             ("read_buf_mem_limit", &s.read_buf_mem_limit),
             ("track_sizes", &"no"),
             ("inline_ascii_response", &"no"),
-            ("ext_item_size", &0),
-            ("ext_item_age", &0),
-            ("ext_low_ttl", &0),
-            ("ext_recache_rate", &0),
-            ("ext_wbuf_size", &0),
-            ("ext_compact_under", &0),
-            ("ext_drop_under", &0),
-            ("ext_max_sleep", &0),
-            ("ext_max_frag", &"0.00"),
-            ("slab_automove_freeratio", &"0.000"),
-            ("ext_drop_unread", &"no"),
             ("num_napi_ids", &0),
             ("memory_file", &memory_file),
             // Client flags are 32 bits, as memcached's default build.
@@ -317,9 +308,37 @@ impl Shared {
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
+        lines.extend(self.flash_settings());
         lines.extend(self.tls_settings());
         in_memcached_order(&mut lines, MEMCACHED_SETTINGS);
         lines
+    }
+
+    /// The `ext_*` lines of `stats settings`: the flash tier's knobs as they are now, or 0 (and
+    /// `no`) without one.
+    fn flash_settings(&self) -> Vec<(String, String)> {
+        let flash = &self.settings.flash;
+        match self.store.flash_knobs() {
+            Some(knobs) => flash::settings_lines(
+                &knobs.get(),
+                flash.wbuf_bytes(),
+                flash.slab_automove_freeratio,
+            ),
+            None => {
+                let zero = FlashSettings {
+                    item_size: 0,
+                    item_age: 0,
+                    low_ttl: 0,
+                    recache_rate: 0,
+                    compact_under: 0,
+                    drop_under: 0,
+                    max_frag: 0.0,
+                    drop_unread: false,
+                    max_sleep_us: 0,
+                };
+                flash::settings_lines(&zero, 0, 0.0)
+            }
+        }
     }
 
     /// memcached's `ssl_*` lines of `stats settings` (a path not given is `NULL`).

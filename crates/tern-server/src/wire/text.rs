@@ -417,6 +417,7 @@ fn run(ops: &Ops<'_>, command: Command<'_>, data: &[u8], out: &mut impl Replies)
                 },
                 AdminCommand::RefreshCerts => ops.refresh_certs(),
                 AdminCommand::CacheMemlimit => ops.cache_memlimit(&words),
+                AdminCommand::Extstore => ops.extstore(&words),
             };
             if noreply {
                 return (Step::Done(0), After::Continue);
