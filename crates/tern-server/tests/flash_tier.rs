@@ -3,9 +3,6 @@
 //! library reads it there), `stats settings`, `stats` and `stats extstore` show the flash tier
 //! under memcached's names, the `extstore` command answers as memcached 1.6.45 does, and the
 //! flash threads run and stop with the server. Flash files live in a scratch directory.
-//!
-//! The tests marked `#[ignore]` need the store's flash tier, whose knobs, counters and file
-//! lock are placeholders today (`Store::flash_knobs` and `flash_stats` answer `None`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -110,21 +107,153 @@ fn what_memcached_refuses_at_start_tern_refuses_with_its_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("(m|g|t|p supported)"));
 }
 
-#[test]
-fn a_memory_file_with_a_flash_tier_is_refused_for_now() {
-    let dir = Scratch::new("memfile");
-    let memory_file = dir.0.join("mem");
-    let out = tern_output(&[
-        "-e",
-        memory_file.to_str().unwrap(),
+/// A value that names its key, 20,000 bytes as memcached's extstore tests use.
+fn value_of(n: u32) -> Vec<u8> {
+    let mut v = format!("value-of-{n}:").into_bytes();
+    while v.len() < 20_000 {
+        v.push(b'a' + (v.len() % 26) as u8);
+    }
+    v
+}
+
+/// A server with a 16 MiB heap in front of a 256 MiB flash file, items of 512 bytes and up
+/// going to flash once idle a second.
+fn flash_server(dir: &Scratch, extra: &[&str]) -> ServerProcess {
+    let path = dir.ext_path("flash", "256m");
+    let mut args = vec![
+        "-m",
+        "16",
         "-o",
-        &dir.ext_path("flash", "1g"),
-    ]);
-    assert!(!out.status.success());
+        &path,
+        "-o",
+        "ext_page_size=8,ext_wbuf_size=2,ext_item_age=1,ext_max_sleep=10000",
+    ];
+    args.extend_from_slice(extra);
+    ServerProcess::tern(&args)
+}
+
+/// Stores `count` values (three times the heap), waits until flash holds all it will take.
+fn fill(server: &ServerProcess, count: u32) {
+    let mut conn = server.connect();
+    for n in 0..count {
+        let value = value_of(n);
+        let mut request = format!("set key:{n} 0 0 {}\r\n", value.len()).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        conn.expect(&request, b"STORED\r\n");
+    }
+    // memcached's test library waits this way: until no item flash would take is in memory.
+    for _ in 0..600 {
+        let items = conn.stats("stats items\r\n");
+        if !items.contains_key("items:3:number") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("items stayed in memory");
+}
+
+fn get_reply(keys: &[u32]) -> Vec<u8> {
+    let mut reply = Vec::new();
+    for &n in keys {
+        let value = value_of(n);
+        reply.extend_from_slice(format!("VALUE key:{n} 0 {}\r\n", value.len()).as_bytes());
+        reply.extend_from_slice(&value);
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply
+}
+
+#[test]
+fn items_beyond_memory_are_served_from_flash_by_every_get() {
+    let dir = Scratch::new("serve");
+    let server = flash_server(&dir, &[]);
+    fill(&server, 2_400);
+    let mut conn = server.connect();
+    let stats = conn.stats("stats\r\n");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("a warm restart cannot keep a flash tier"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stats["extstore_objects_written"].parse::<u64>().unwrap() > 1_000,
+        "{stats:?}"
+    );
+    assert_eq!(stats["curr_items"], "2400");
+    // One key, then a multiget whose keys are all on flash: every value, in order.
+    let mut want = get_reply(&[7]);
+    want.extend_from_slice(b"END\r\n");
+    conn.expect(b"get key:7\r\n", &want);
+    let keys: Vec<u32> = (100..140).collect();
+    let line = keys
+        .iter()
+        .map(|n| format!("key:{n}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut want = get_reply(&keys);
+    want.extend_from_slice(b"END\r\n");
+    conn.expect(format!("get {line}\r\n").as_bytes(), &want);
+    // Pipelined gets, a miss among them.
+    let mut request = Vec::new();
+    let mut want = Vec::new();
+    for n in [300u32, 301, 999_999, 302] {
+        request.extend_from_slice(format!("get key:{n}\r\n").as_bytes());
+        if n < 2_400 {
+            want.extend_from_slice(&get_reply(&[n]));
+        }
+        want.extend_from_slice(b"END\r\n");
+    }
+    conn.expect(&request, &want);
+    // Meta, touch, delete and incr on items on flash.
+    let value = value_of(400);
+    let mut want = format!("VA {} f0\r\n", value.len()).into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\n");
+    conn.expect(b"mg key:400 v f\r\n", &want);
+    conn.expect(b"touch key:401 100\r\n", b"TOUCHED\r\n");
+    conn.expect(b"delete key:402\r\n", b"DELETED\r\n");
+    conn.expect(b"get key:402\r\n", b"END\r\n");
+    conn.expect(
+        b"incr key:403 1\r\n",
+        b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    );
+    let stats = conn.stats("stats\r\n");
+    let from_flash: u64 = stats["get_extstore"].parse().unwrap();
+    assert!(from_flash >= 44, "{stats:?}");
+    assert_eq!(stats["badcrc_from_extstore"], "0");
+    // A deferred get is counted once: 1 + 40 + 4 + 1 gets and mg's one.
+    assert_eq!(stats["cmd_get"], "47", "{stats:?}");
+    // The binary protocol's get reads flash too.
+    let mut conn = server.connect();
+    conn.send(&tern_testkit::binary::frame(0x00, &[], b"key:500", &[], 7));
+    let reply = tern_testkit::binary::Reply::read(&mut conn.stream).unwrap();
+    assert_eq!(reply.status, 0);
+    assert_eq!(reply.value, value_of(500));
+}
+
+#[test]
+fn a_warm_restart_keeps_what_flash_holds() {
+    let dir = Scratch::new("restart");
+    let memory_file = dir.0.join("mem");
+    let memory_file = memory_file.to_str().unwrap();
+    let mut server = flash_server(&dir, &["-e", memory_file]);
+    fill(&server, 2_400);
+    let on_flash: u64 = server.connect().stats("stats\r\n")["extstore_objects_used"]
+        .parse()
+        .unwrap();
+    assert!(on_flash > 1_000);
+    server.signal("TERM");
+    assert!(server.wait_exit().success());
+    let server = flash_server(&dir, &["-e", memory_file]);
+    let mut conn = server.connect();
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["curr_items"], "2400", "{stats:?}");
+    for n in (0..2_400).step_by(97) {
+        let mut want = get_reply(&[n]);
+        want.extend_from_slice(b"END\r\n");
+        conn.expect(format!("get key:{n}\r\n").as_bytes(), &want);
+    }
+    assert!(
+        conn.stats("stats\r\n")["get_extstore"]
+            .parse::<u64>()
+            .unwrap()
+            > 0
     );
 }
 
@@ -211,7 +340,11 @@ fn the_flash_threads_run_with_the_tier_and_stop_with_the_server() {
             .iter()
             .filter(|n| n.starts_with("tern-flash"))
             .collect();
-        let want: Vec<String> = (0..threads).map(|i| format!("tern-flash-{i}")).collect();
+        // ext_threads I/O threads, and one for the background work.
+        let mut want: Vec<String> = (0..threads).map(|i| format!("tern-flash-io-{i}")).collect();
+        if threads > 0 {
+            want.push("tern-flash-work".into());
+        }
         assert_eq!(
             flash,
             want.iter().collect::<Vec<_>>(),
@@ -223,7 +356,6 @@ fn the_flash_threads_run_with_the_tier_and_stop_with_the_server() {
 }
 
 #[test]
-#[ignore = "needs the store's flash file lock"]
 fn a_second_server_on_the_same_flash_file_is_refused() {
     let dir = Scratch::new("lock");
     let path = dir.ext_path("flash", "128m");
@@ -240,7 +372,6 @@ fn a_second_server_on_the_same_flash_file_is_refused() {
 }
 
 #[test]
-#[ignore = "needs the store's flash tier (Store::flash_knobs is a placeholder)"]
 fn stats_settings_show_the_tier_as_memcached_shows_it() {
     let dir = Scratch::new("settings");
     for options in [
@@ -299,7 +430,6 @@ fn stats_settings_show_the_tier_as_memcached_shows_it() {
 }
 
 #[test]
-#[ignore = "needs the store's flash tier (Store::flash_knobs is a placeholder)"]
 fn the_extstore_command_changes_what_stats_settings_show() {
     let dir = Scratch::new("command");
     let server = ServerProcess::tern(&["-o", &dir.ext_path("f", "1g")]);
@@ -347,7 +477,6 @@ fn the_extstore_command_changes_what_stats_settings_show() {
 }
 
 #[test]
-#[ignore = "needs the store's flash tier (Store::flash_stats is a placeholder)"]
 fn stats_show_the_tier_in_memcacheds_places() {
     let dir = Scratch::new("stats");
     let server = ServerProcess::tern(&["-o", &dir.ext_path("f", "1g")]);

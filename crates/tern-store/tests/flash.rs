@@ -194,7 +194,7 @@ fn compaction_rewrites_live_items_of_fragmented_pages() {
         &dir,
         16,
         FlashSettings {
-            compact_under: 8,
+            compact_under: 12,
             max_frag: 0.9,
             ..knobs()
         },

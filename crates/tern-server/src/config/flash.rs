@@ -99,12 +99,7 @@ impl FlashOptions {
 
     /// memcached's `storage_check_config`, with tern's own refusals: nothing when no
     /// `ext_path` is given, as memcached.
-    pub(super) fn validate(
-        &self,
-        max_item_size: usize,
-        udp_port: u16,
-        memory_file: Option<&std::path::Path>,
-    ) -> anyhow::Result<()> {
+    pub(super) fn validate(&self, max_item_size: usize, udp_port: u16) -> anyhow::Result<()> {
         if self.files.is_empty() {
             return Ok(());
         }
@@ -137,16 +132,6 @@ impl FlashOptions {
                     self.page_size_mb
                 );
             }
-        }
-        // The one place to lift once the store restores a flash tier with -e's memory file.
-        // (memcached 1.6.45 starts with both, saying "memory restart with extstore not presently
-        // supported" and starting empty.)
-        if let Some(file) = memory_file {
-            bail!(
-                "-e {} with -o ext_path: a warm restart cannot keep a flash tier yet; leave out \
-                 -e or ext_path",
-                file.display()
-            );
         }
         Ok(())
     }
@@ -247,20 +232,15 @@ mod tests {
     #[test]
     fn checks_as_memcached_checks_them() {
         let mut options = FlashOptions::default();
-        assert!(
-            options.validate(8 << 20, 11211, None).is_ok(),
-            "no ext_path"
-        );
+        assert!(options.validate(8 << 20, 11211).is_ok(), "no ext_path");
         options.add_path("/f:1g").unwrap();
-        options.validate(1 << 20, 0, None).unwrap();
+        options.validate(1 << 20, 0).unwrap();
         let err = |o: &FlashOptions, item: usize, udp: u16| {
-            format!("{:#}", o.validate(item, udp, None).unwrap_err())
+            format!("{:#}", o.validate(item, udp).unwrap_err())
         };
         assert!(err(&options, 8 << 20, 0)
             .contains("-I (item_size_max: 8388608) cannot be larger than ext_wbuf_size: 4194304"));
         assert!(err(&options, 1 << 20, 11211).contains("Cannot use UDP with extstore enabled"));
-        let memory_file = std::path::Path::new("/dev/shm/t");
-        assert!(options.validate(1 << 20, 0, Some(memory_file)).is_err());
         options.add_path("/g:32m").unwrap();
         assert!(err(&options, 1 << 20, 0).contains("supplied ext_path has zero size"));
         options.files.pop();

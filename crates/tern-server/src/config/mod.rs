@@ -514,11 +514,7 @@ impl Settings {
         if self.tls.enabled && self.port == 0 {
             bail!("-Z: TLS needs a TCP port");
         }
-        self.flash.validate(
-            self.max_item_size,
-            self.udp_port,
-            self.memory_file.as_deref(),
-        )?;
+        self.flash.validate(self.max_item_size, self.udp_port)?;
         Ok(())
     }
 

@@ -304,16 +304,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .name("tern-clock".into())
             .spawn(move || tick_clock(&shared, &clock))?
     };
+    // ext_threads I/O threads read flash for the workers; one more writes buffers, frees and
+    // compacts pages and moves idle items, so that a read never waits behind a page's compaction.
     let flash_threads = match &shared.store.config().flash {
-        Some(flash) => (0..flash.io_threads)
-            .map(|id| {
+        Some(flash) => {
+            let background = {
                 let shared = shared.clone();
                 std::thread::Builder::new()
-                    .name(format!("tern-flash-{id}"))
+                    .name("tern-flash-work".into())
                     .spawn(move || flash_work(&shared))
-                    .context("starting a flash thread")
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?,
+                    .context("starting the flash tier's thread")?
+            };
+            let mut threads = vec![background];
+            for id in 0..flash.io_threads {
+                let shared = shared.clone();
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("tern-flash-io-{id}"))
+                        .spawn(move || flash_reads(&shared))
+                        .context("starting a flash I/O thread")?,
+                );
+            }
+            threads
+        }
         None => Vec::new(),
     };
 
@@ -447,12 +460,20 @@ fn tick_clock(shared: &Shared, clock: &Clock) {
     }
 }
 
-/// A flash thread: the store's background work for the flash tier, pass after pass, resting as
+/// The flash tier's background thread: the store's work for it, pass after pass, resting as
 /// long as each pass says (woken early at shutdown).
 fn flash_work(shared: &Shared) {
     while !shared.shutdown.load(Ordering::SeqCst) {
         let rest = shared.store.flash_work();
         std::thread::park_timeout(rest);
+    }
+}
+
+/// A flash I/O thread: reads what deferred requests need, as they ask (it stops within the
+/// wait once the workers have stopped).
+fn flash_reads(shared: &Shared) {
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        shared.store.serve_flash_reads(Duration::from_millis(50));
     }
 }
 

@@ -557,6 +557,7 @@ impl Flash {
             }
         };
         let f = w.filling.as_mut().expect("a filling buffer");
+        let fill_before = f.fill;
         let page = &self.pages[f.page as usize];
         let version = page.version.load(Relaxed) as u32;
         // The buffer was zeroed when taken: padding before and after the record reads as such.
@@ -571,7 +572,11 @@ impl Flash {
         page.live.fetch_add(1, Relaxed);
         page.objects.fetch_add(1, Relaxed);
         bump(&self.counters.objects_written, 1);
-        bump(&self.counters.bytes_written, size as u64);
+        // Padding to a block counts: it is written to flash too.
+        bump(
+            &self.counters.bytes_written,
+            (at + size - fill_before) as u64,
+        );
         Some(addr)
     }
 

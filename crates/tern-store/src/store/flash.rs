@@ -219,14 +219,11 @@ impl Store {
         if knobs.item_age != u32::MAX {
             busy |= self.move_idle(knobs.item_age) > 0;
         }
+        // A buffer only partly filled stays in memory, readable, until it fills (or a clean
+        // stop writes it): writing it early would leave the rest of its stretch of page unused.
         if busy {
             Duration::ZERO
         } else {
-            // An idle tier writes out what its filling buffer holds, so that flash holds it.
-            flash.seal_partial();
-            if flash.queued() > 0 {
-                return Duration::ZERO;
-            }
             Duration::from_micros(u64::from(knobs.max_sleep_us).min(100_000))
         }
     }
