@@ -335,14 +335,13 @@ fn a_thread_that_defers_reads_never_waits_for_flash() {
     };
     // The first key's get ends at once, a miss in form, with its read noted; the other keys
     // of the "multiget" note theirs, and one ask queues them all.
-    let first = s.defer_flash_reads(|| s.get(&key(0)[..], |item| item.value.to_vec()));
+    s.defer_flash_reads_on_this_thread();
+    let first = s.get(&key(0)[..], |item| item.value.to_vec());
     assert_eq!(first, Err(Miss::NotFound));
     assert!(s.flash_deferred());
-    s.defer_flash_reads(|| {
-        for &n in &on_flash[1..] {
-            s.defer_if_on_flash(&key(n));
-        }
-    });
+    for &n in &on_flash[1..] {
+        s.defer_if_on_flash(&key(n));
+    }
     let read_before = s.flash_stats().unwrap().objects_read;
     s.ask_deferred(&wake);
     assert!(!s.flash_deferred());
@@ -357,16 +356,16 @@ fn a_thread_that_defers_reads_never_waits_for_flash() {
     }
     // The second run finds every record read: no deferral, the right values.
     for &n in &on_flash {
-        let value = s.defer_flash_reads(|| s.get(&key(n)[..], |item| item.value.to_vec()));
+        let value = s.get(&key(n)[..], |item| item.value.to_vec());
         verify(n, &value.unwrap());
     }
     assert!(!s.flash_deferred());
     // A change defers the same way, and takes effect only on its second run.
-    assert!(!s.defer_flash_reads(|| s.delete(&key(30))));
+    assert!(!s.delete(&key(30)));
     assert!(s.flash_deferred());
     s.ask_deferred(&wake);
     s.serve_flash_reads(std::time::Duration::from_millis(10));
-    assert!(s.defer_flash_reads(|| s.delete(&key(30))));
+    assert!(s.delete(&key(30)));
     assert_eq!(get(&s, &key(30)), None);
 }
 
@@ -474,4 +473,53 @@ fn a_second_server_cannot_use_the_same_flash_file() {
         std::sync::Arc::new(tern_store::Clock::manual(T0)),
     );
     assert!(matches!(second, Err(tern_store::StoreError::Flash(_))));
+}
+
+#[test]
+fn items_about_to_expire_share_pages_that_go_whole_once_they_have() {
+    let dir = Dir::new("lowttl");
+    let s = flash_store(
+        &dir,
+        32,
+        FlashSettings {
+            low_ttl: 60,
+            ..knobs()
+        },
+    );
+    for n in 0..12_000u32 {
+        // Every other item lives 30 s (under ext_low_ttl), the rest forever.
+        let expiry = if n % 2 == 0 {
+            Expiry::from_exptime(30, T0)
+        } else {
+            Expiry::NEVER
+        };
+        s.store(StoreOp::Set, &key(n), 0, expiry, &stamped(n, 0, 1000));
+        if n % 64 == 0 {
+            settle(&s);
+        }
+    }
+    settle(&s);
+    let buckets: Vec<u32> = s
+        .flash_pages()
+        .iter()
+        .filter(|p| !p.free)
+        .map(|p| p.bucket)
+        .collect();
+    assert!(buckets.contains(&3) && buckets.contains(&0), "{buckets:?}");
+    let before = s.flash_stats().unwrap();
+    s.clock().advance(31);
+    settle(&s);
+    let after = s.flash_stats().unwrap();
+    assert!(
+        after.page_reclaims >= before.page_reclaims + 2,
+        "{before:?} {after:?}"
+    );
+    assert_eq!(after.page_evictions, 0);
+    assert!(s.stats().reclaimed > 0);
+    for n in (1..12_000).step_by(2) {
+        verify(
+            n,
+            &get(&s, &key(n)).unwrap_or_else(|| panic!("key {n} lost")),
+        );
+    }
 }

@@ -62,6 +62,8 @@ pub struct Ops<'a> {
     pub shared: &'a Shared,
     /// This worker's recording state (only this worker's thread writes it).
     pub worker: &'a WorkerState,
+    /// The store has a flash tier: a request may be deferred for a read (one load to know).
+    flash: bool,
 }
 
 impl<'a> Ops<'a> {
@@ -69,6 +71,7 @@ impl<'a> Ops<'a> {
         Ops {
             shared,
             worker: &shared.workers[worker],
+            flash: shared.flash_tier,
         }
     }
 
@@ -107,24 +110,25 @@ impl<'a> Ops<'a> {
     /// for a flash read is not recorded: it runs again.
     #[inline]
     fn record(&self, cmd: Cmd, outcome: Outcome) {
-        if self.store().flash_deferred() {
+        if self.deferred(outcome) {
             return;
         }
         self.worker.metrics.count(cmd, outcome);
         self.worker.batch.add(cmd);
     }
 
-    /// Runs `serve` with flash reads deferred (see `Store::defer_flash_reads`): what a
-    /// connection's serve loop runs in, so that no worker waits for flash.
-    pub fn defer_flash_reads<T>(&self, serve: impl FnOnce() -> T) -> T {
-        self.store().defer_flash_reads(serve)
+    /// Whether a request that ended with `outcome` was deferred for a flash read (it only
+    /// ever ends as a miss or a refusal then, so a hit or a store is not asked about).
+    #[inline(always)]
+    fn deferred(&self, outcome: Outcome) -> bool {
+        !matches!(outcome, Outcome::Hit | Outcome::Stored) && self.flash_deferred()
     }
 
     /// Whether the request just run was deferred for a flash read: its replies are dropped
     /// and it runs again once the read has landed.
     #[inline]
     pub fn flash_deferred(&self) -> bool {
-        self.store().flash_deferred()
+        self.flash && self.store().flash_deferred()
     }
 
     /// Asks for the flash reads the deferred requests need; this worker wakes as they land.
@@ -154,7 +158,7 @@ impl<'a> Ops<'a> {
     fn prefix_lookup(&self, cmd: Cmd, key: &[u8], hit: bool) {
         if self.shared.prefix_stats.enabled()
             && !matches!(cmd, Cmd::Touch | Cmd::Admin)
-            && !self.store().flash_deferred()
+            && !self.flash_deferred()
         {
             self.shared
                 .prefix_stats
@@ -165,7 +169,7 @@ impl<'a> Ops<'a> {
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
     #[inline]
     fn record_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
-        if self.store().flash_deferred() {
+        if self.deferred(outcome) {
             return;
         }
         self.record(cmd, outcome);

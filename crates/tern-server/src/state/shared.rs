@@ -31,6 +31,8 @@ pub type LogLevelSetter = Box<dyn Fn(u32) + Send + Sync>;
 pub struct Shared {
     pub settings: Settings,
     pub store: Store,
+    /// The store has a flash tier (`Ops::flash_deferred` asks this first: one load).
+    pub flash_tier: bool,
     /// One per worker, indexed by worker number; only that worker writes its state.
     pub workers: Box<[WorkerState]>,
     /// The hot-key sketches the workers' samplers feed.
@@ -195,6 +197,7 @@ impl Shared {
             worker_cpus: "unpinned".into(),
             prefix_stats: PrefixStats::new(settings.prefix_delimiter, settings.detail_enabled),
             settings,
+            flash_tier: store.flash_knobs().is_some(),
             store,
             curr_connections: AtomicUsize::new(0),
             read_budget: Arc::new(ReadBudget::new(read_buf_mem_limit)),

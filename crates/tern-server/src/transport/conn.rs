@@ -567,11 +567,10 @@ impl Conn {
         } else {
             limits.max_reqs_per_event
         };
-        let protocol = self.protocol;
-        let progress = ops.defer_flash_reads(|| match protocol {
+        let progress = match self.protocol {
             Protocol::Binary => binary::serve(ops, input, budget, &mut out),
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
-        });
+        };
         self.awaiting_flash = progress.awaiting_flash;
         if progress.awaiting_flash {
             ops.ask_flash_reads();

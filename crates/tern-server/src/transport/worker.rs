@@ -201,6 +201,7 @@ impl Worker {
 
     /// Runs until shutdown, then lets clients take their last replies.
     pub fn run(mut self) {
+        self.shared.store.defer_flash_reads_on_this_thread();
         let mut events = Events::with_capacity(1024);
         let mut draining_since: Option<Instant> = None;
         loop {

@@ -49,9 +49,9 @@ const ALIGN: u64 = 8;
 /// The unit of a read: records of at most this size never straddle one.
 pub(crate) const BLOCK: usize = 4096;
 pub(crate) const RECORD_HEADER: usize = 12;
-/// Write buffers at most, the one filling included: a bound of `WRITE_BUFFERS *
-/// ext_wbuf_size` bytes outside `-m`.
-pub(crate) const WRITE_BUFFERS: usize = 4;
+/// Write buffers at most, those filling (one per bucket) included: a bound of
+/// `WRITE_BUFFERS * ext_wbuf_size` bytes outside `-m`.
+pub(crate) const WRITE_BUFFERS: usize = 5;
 
 #[inline(always)]
 pub(crate) fn is_flash(location: u64) -> bool {
@@ -183,9 +183,11 @@ pub(crate) struct PageMeta {
     /// Its last buffer was written; it is full once no earlier one still waits (with several
     /// threads writing, buffers may finish out of order).
     closed: std::sync::atomic::AtomicBool,
-    /// Its bucket, as memcached's `stats extstore` reports it (0: the default; compacted
-    /// items go to 1).
+    /// Its bucket, as memcached's `stats extstore` reports it (`Bucket::memcached_number`).
     bucket: AtomicU32,
+    /// The latest deadline of its records (`u32::MAX`: one never expires): once passed, the
+    /// page is emptied whole.
+    max_expiry: AtomicU32,
 }
 
 /// A full write buffer waiting for (or in) its write.
@@ -207,10 +209,39 @@ struct Filling {
     page: u32,
 }
 
-struct Writer {
+/// Where records go: memcached's page buckets that tern keeps (an item with less than
+/// `ext_low_ttl` left goes with others like it, so their pages expire whole; compaction
+/// writes what it keeps to pages of its own, away from new items).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bucket {
+    Default,
+    Compact,
+    LowTtl,
+}
+
+impl Bucket {
+    const ALL: [Bucket; 3] = [Bucket::Default, Bucket::Compact, Bucket::LowTtl];
+
+    /// Its number in memcached's `stats extstore` (`PAGE_BUCKET_*`).
+    fn memcached_number(self) -> u32 {
+        match self {
+            Bucket::Default => 0,
+            Bucket::Compact => 1,
+            Bucket::LowTtl => 3,
+        }
+    }
+}
+
+/// One bucket's buffer being filled and the page it goes to.
+#[derive(Default)]
+struct Stream {
     filling: Option<Filling>,
     /// The page being filled and how many of its bytes buffers took.
     page: Option<(u32, u64)>,
+}
+
+struct Writer {
+    streams: [Stream; 3],
     spare: Vec<AlignedBuf>,
     sealed: VecDeque<Sealed>,
     free_pages: VecDeque<u32>,
@@ -239,7 +270,7 @@ pub(crate) struct FlashCounters {
     pub(crate) bad_crc: AtomicU64,
     pub(crate) recaches: AtomicU64,
     pub(crate) false_reads: AtomicU64,
-    /// Commands deferred for a read (`Store::defer_flash_reads`).
+    /// Commands deferred for a read (`Store::defer_flash_reads_on_this_thread`).
     pub(crate) deferred: AtomicU64,
     /// Reads since start, for `ext_recache_rate`.
     pub(crate) reads: AtomicU64,
@@ -252,7 +283,7 @@ pub(crate) fn bump(counter: &AtomicU64, by: u64) {
 /// Something to call when a read a worker asked for has landed (its event loop's waker).
 pub type FlashWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
-/// Records read for workers that deferred a command (`Store::defer_flash_reads`), waiting to
+/// Records read for workers that deferred a command (`Store::defer_flash_reads_on_this_thread`), waiting to
 /// be taken by the command's second run, and the reads asked for and not yet done.
 #[derive(Default)]
 struct Reads {
@@ -302,8 +333,8 @@ pub(crate) struct SavedFlash {
     pub(crate) files: Vec<(std::path::PathBuf, u64)>,
     pub(crate) page_size: u64,
     pub(crate) next_version: u64,
-    /// Per page: version, state, live, objects, fill, bucket.
-    pub(crate) pages: Vec<(u64, u32, u64, u64, u64, u32)>,
+    /// Per page: version, state, live, objects, fill, bucket, latest deadline.
+    pub(crate) pages: Vec<(u64, u32, u64, u64, u64, u32, u32)>,
     pub(crate) free_pages: Vec<u32>,
     pub(crate) full_pages: Vec<u32>,
 }
@@ -379,8 +410,7 @@ impl Flash {
             geometry,
             pages: (0..pages).map(|_| PageMeta::default()).collect(),
             writer: Mutex::new(Writer {
-                filling: None,
-                page: None,
+                streams: Default::default(),
                 spare,
                 sealed: VecDeque::new(),
                 free_pages: (0..pages as u32).collect(),
@@ -399,13 +429,15 @@ impl Flash {
     pub(crate) fn write_all(&self) -> std::io::Result<()> {
         self.seal_partial();
         while self.write_one()? {}
-        // The page left filling is full now: new records go to new pages after a restart.
+        // The pages left filling are full now: new records go to new pages after a restart.
         {
             let mut w = self.writer.lock();
-            if let Some((page, _)) = w.page.take() {
-                self.pages[page as usize].state.store(PAGE_FULL, Relaxed);
-                w.full_pages.push_back(page);
-                self.free_if_empty(&mut w, page);
+            for s in 0..Bucket::ALL.len() {
+                if let Some((page, _)) = w.streams[s].page.take() {
+                    self.pages[page as usize].state.store(PAGE_FULL, Relaxed);
+                    w.full_pages.push_back(page);
+                    self.free_if_empty(&mut w, page);
+                }
             }
         }
         for file in &self.files {
@@ -436,6 +468,7 @@ impl Flash {
                         p.objects.load(Relaxed),
                         p.fill.load(Relaxed),
                         p.bucket.load(Relaxed),
+                        p.max_expiry.load(Relaxed),
                     )
                 })
                 .collect(),
@@ -473,7 +506,7 @@ impl Flash {
             }
         }
         let full = |p: usize| saved.full_pages.contains(&(p as u32));
-        for (p, &(version, state, live, objects, fill, _)) in saved.pages.iter().enumerate() {
+        for (p, &(version, state, live, objects, fill, _, _)) in saved.pages.iter().enumerate() {
             if fill > self.page_size
                 || live > objects
                 || version >= saved.next_version
@@ -483,9 +516,10 @@ impl Flash {
                 return Err("a saved flash page's bookkeeping is inconsistent".into());
             }
         }
-        for (meta, &(version, state, live, objects, fill, bucket)) in
+        for (meta, &(version, state, live, objects, fill, bucket, max_expiry)) in
             self.pages.iter().zip(&saved.pages)
         {
+            meta.max_expiry.store(max_expiry, Relaxed);
             meta.version.store(version, Relaxed);
             meta.state.store(state, Relaxed);
             meta.live.store(live, Relaxed);
@@ -533,16 +567,24 @@ impl Flash {
         (&self.files[i], within)
     }
 
-    /// Appends a record of an `len`-byte item, which `write` fills in, to the filling buffer;
-    /// its flash address, or `None` when flash has no room now (no buffer or page free).
-    pub(crate) fn append(&self, len: usize, write: impl FnOnce(&mut [u8])) -> Option<u64> {
+    /// Appends a record of an `len`-byte item that expires at `expiry` (0: never), which
+    /// `write` fills in, to `bucket`'s filling buffer; its flash address, or `None` when flash
+    /// has no room now (no buffer or page free).
+    pub(crate) fn append(
+        &self,
+        bucket: Bucket,
+        len: usize,
+        expiry: u32,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Option<u64> {
         let size = (RECORD_HEADER + len).next_multiple_of(ALIGN as usize);
         if size > self.wbuf_size {
             return None;
         }
+        let s = bucket as usize;
         let mut w = self.writer.lock();
         let at = loop {
-            if let Some(f) = &mut w.filling {
+            if let Some(f) = &mut w.streams[s].filling {
                 let mut at = f.fill;
                 if size <= BLOCK && at % BLOCK + size > BLOCK {
                     at = at.next_multiple_of(BLOCK);
@@ -550,13 +592,13 @@ impl Flash {
                 if at + size <= self.wbuf_size {
                     break at;
                 }
-                self.seal(&mut w);
+                self.seal(&mut w, s);
             }
-            if !self.start_buffer(&mut w) {
+            if !self.start_buffer(&mut w, bucket) {
                 return None;
             }
         };
-        let f = w.filling.as_mut().expect("a filling buffer");
+        let f = w.streams[s].filling.as_mut().expect("a filling buffer");
         let fill_before = f.fill;
         let page = &self.pages[f.page as usize];
         let version = page.version.load(Relaxed) as u32;
@@ -571,6 +613,8 @@ impl Flash {
         let addr = f.addr + at as u64;
         page.live.fetch_add(1, Relaxed);
         page.objects.fetch_add(1, Relaxed);
+        page.max_expiry
+            .fetch_max(if expiry == 0 { u32::MAX } else { expiry }, Relaxed);
         bump(&self.counters.objects_written, 1);
         // Padding to a block counts: it is written to flash too.
         bump(
@@ -580,16 +624,18 @@ impl Flash {
         Some(addr)
     }
 
-    /// Seals the filling buffer: it waits for a background write.
-    fn seal(&self, w: &mut Writer) {
-        let Some(f) = w.filling.take() else { return };
-        let (page, used) = w.page.expect("a page is filling");
+    /// Seals stream `s`'s filling buffer: it waits for a background write.
+    fn seal(&self, w: &mut Writer, s: usize) {
+        let Some(f) = w.streams[s].filling.take() else {
+            return;
+        };
+        let (page, used) = w.streams[s].page.expect("a page is filling");
         let closes_page = used + self.wbuf_size as u64 > self.page_size;
         self.pages[f.page as usize]
             .fill
             .fetch_add(self.wbuf_size as u64, Relaxed);
         if closes_page {
-            w.page = None;
+            w.streams[s].page = None;
         }
         debug_assert_eq!(page, f.page);
         w.sealed.push_back(Sealed {
@@ -604,11 +650,12 @@ impl Flash {
 
     /// Takes a spare buffer and the next stretch of a page for it; false when either is
     /// missing.
-    fn start_buffer(&self, w: &mut Writer) -> bool {
+    fn start_buffer(&self, w: &mut Writer, bucket: Bucket) -> bool {
+        let s = bucket as usize;
         if w.spare.is_empty() {
             return false;
         }
-        let (page, used) = match w.page {
+        let (page, used) = match w.streams[s].page {
             Some(p) => p,
             None => {
                 let Some(page) = w.free_pages.pop_front() else {
@@ -621,14 +668,16 @@ impl Flash {
                 meta.live.store(0, Relaxed);
                 meta.objects.store(0, Relaxed);
                 meta.fill.store(0, Relaxed);
+                meta.max_expiry.store(0, Relaxed);
+                meta.bucket.store(bucket.memcached_number(), Relaxed);
                 bump(&self.counters.page_allocs, 1);
                 (page, 0)
             }
         };
         let mut buf = w.spare.pop().expect("checked");
         buf.fill(0);
-        w.page = Some((page, used + self.wbuf_size as u64));
-        w.filling = Some(Filling {
+        w.streams[s].page = Some((page, used + self.wbuf_size as u64));
+        w.streams[s].filling = Some(Filling {
             buf,
             addr: page as u64 * self.page_size + used,
             fill: 0,
@@ -677,11 +726,13 @@ impl Flash {
         Ok(true)
     }
 
-    /// Seals a partly filled buffer so that it is written (a clean stop, a quiet tier).
+    /// Seals the partly filled buffers so that they are written (a clean stop).
     pub(crate) fn seal_partial(&self) {
         let mut w = self.writer.lock();
-        if w.filling.as_ref().is_some_and(|f| f.fill > 0) {
-            self.seal(&mut w);
+        for s in 0..Bucket::ALL.len() {
+            if w.streams[s].filling.as_ref().is_some_and(|f| f.fill > 0) {
+                self.seal(&mut w, s);
+            }
         }
     }
 
@@ -725,6 +776,19 @@ impl Flash {
         self.writer.lock().free_pages.len()
     }
 
+    /// A full page whose every record has expired by `now`, taken out of the full list as
+    /// `take_victim` does.
+    pub(crate) fn take_expired(&self, now: u32) -> Option<u32> {
+        let mut w = self.writer.lock();
+        let at = w.full_pages.iter().position(|&p| {
+            let deadline = self.pages[p as usize].max_expiry.load(Relaxed);
+            deadline != u32::MAX && deadline <= now
+        })?;
+        let page = w.full_pages.remove(at).expect("found");
+        self.pages[page as usize].state.store(PAGE_FILLING, Relaxed);
+        Some(page)
+    }
+
     /// A full page to empty: with `by_fragmentation`, the emptiest one whose live share is
     /// under `max_frag`, else the oldest. Taken out of the full list (the caller empties it
     /// and hands it back with `finish_page`).
@@ -751,10 +815,12 @@ impl Flash {
         meta.live.load(Relaxed) as f64 / objects as f64
     }
 
-    /// A page emptied by eviction or compaction goes back to the free list.
+    /// A page emptied by eviction or compaction goes back to the free list (a reclaim, as
+    /// memcached counts every page it frees).
     pub(crate) fn finish_page(&self, page: u32) {
         let mut w = self.writer.lock();
         self.release_page(&mut w, page);
+        bump(&self.counters.page_reclaims, 1);
     }
 
     /// The page's bytes from `from`, `buf.len()` of them, read into `buf` (page read-back).
@@ -922,16 +988,18 @@ impl Flash {
         let w = self.writer.lock();
         let within =
             |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
-        let source: Option<&[u8]> = match &w.filling {
-            Some(f) if within(f.addr, self.wbuf_size) => {
-                Some(&f.buf[(addr - f.addr) as usize..][..len])
-            }
-            _ => w
-                .sealed
+        let filling = w
+            .streams
+            .iter()
+            .filter_map(|s| s.filling.as_ref())
+            .find(|f| within(f.addr, self.wbuf_size))
+            .map(|f| &f.buf[(addr - f.addr) as usize..][..len]);
+        let source: Option<&[u8]> = filling.or_else(|| {
+            w.sealed
                 .iter()
                 .find(|s| within(s.addr, s.len))
-                .map(|s| &s.data[(addr - s.addr) as usize..][..len]),
-        };
+                .map(|s| &s.data[(addr - s.addr) as usize..][..len])
+        });
         let Some(bytes) = source else {
             return Ok(None);
         };
@@ -1019,10 +1087,6 @@ impl Flash {
             return 0;
         }
         p.fill.load(Relaxed) * p.live.load(Relaxed).min(objects) / objects
-    }
-
-    pub(crate) fn set_bucket(&self, page: u32, bucket: u32) {
-        self.pages[page as usize].bucket.store(bucket, Relaxed);
     }
 
     #[cfg(test)]
@@ -1147,8 +1211,10 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(n, &len)| {
-                f.append(len, |out| out.copy_from_slice(&item(n, len)))
-                    .unwrap()
+                f.append(Bucket::Default, len, 0, |out| {
+                    out.copy_from_slice(&item(n, len))
+                })
+                .unwrap()
             })
             .collect();
         let check = |f: &Flash| {
@@ -1175,7 +1241,8 @@ mod tests {
         check(&f);
         // Written, with a new buffer filling: read from the file.
         while f.write_one().unwrap() {}
-        f.append(300, |out| out.fill(3)).unwrap();
+        f.append(Bucket::Default, 300, 0, |out| out.fill(3))
+            .unwrap();
         check(&f);
         // Small records never straddle a block.
         for (&addr, &len) in addrs.iter().zip(&sizes) {
@@ -1190,10 +1257,12 @@ mod tests {
     fn a_page_written_again_fails_the_old_records_check() {
         let dir = temp_dir("reuse");
         let f = flash(&dir, 1);
-        let old = f.append(100, |out| out.fill(7)).unwrap();
+        let old = f
+            .append(Bucket::Default, 100, 0, |out| out.fill(7))
+            .unwrap();
         // Fill the page's four buffers, then write them: the page is full.
         let mut filled = Vec::new();
-        while let Some(addr) = f.append(200_000, |out| out.fill(1)) {
+        while let Some(addr) = f.append(Bucket::Default, 200_000, 0, |out| out.fill(1)) {
             filled.push(addr);
         }
         let beyond_first_buffer = *filled.iter().find(|&&a| a >= 256 << 10).unwrap();
@@ -1202,7 +1271,9 @@ mod tests {
         assert!(f.is_full(page));
         assert_eq!(f.take_victim(None), Some(page));
         f.finish_page(page);
-        let new = f.append(100, |out| out.fill(9)).unwrap();
+        let new = f
+            .append(Bucket::Default, 100, 0, |out| out.fill(9))
+            .unwrap();
         assert_eq!(new, old, "the page is used again from its start");
         f.seal_partial();
         while f.write_one().unwrap() {}
@@ -1265,8 +1336,10 @@ mod tests {
     fn chunks_read_back_list_their_records() {
         let dir = temp_dir("records");
         let f = flash(&dir, 1);
-        let a = f.append(50, |out| out.fill(1)).unwrap();
-        let b = f.append(4080, |out| out.fill(2)).unwrap();
+        let a = f.append(Bucket::Default, 50, 0, |out| out.fill(1)).unwrap();
+        let b = f
+            .append(Bucket::Default, 4080, 0, |out| out.fill(2))
+            .unwrap();
         f.seal_partial();
         while f.write_one().unwrap() {}
         let page = f.page_of(a);

@@ -32,7 +32,9 @@ use std::time::Duration;
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
-use crate::mechanics::flash::{bump, is_flash, AlignedBuf, Flash, FlashWaker, ReadOutcome, Record};
+use crate::mechanics::flash::{
+    bump, is_flash, AlignedBuf, Bucket, Flash, FlashWaker, ReadOutcome, Record,
+};
 use crate::mechanics::flash_config::{FlashKnobs, FlashPageInfo, FlashStats};
 use crate::mechanics::item::{self, Header};
 use crate::mechanics::segments::{get32, set32, Loc};
@@ -48,7 +50,7 @@ pub(crate) struct Fetched {
 }
 
 thread_local! {
-    /// Whether commands on this thread defer their flash reads (`Store::defer_flash_reads`).
+    /// Whether commands on this thread defer their flash reads (`Store::defer_flash_reads_on_this_thread`).
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
     /// The locations commands on this thread deferred reading, for `Store::ask_deferred`.
     static DEFERRED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
@@ -67,19 +69,15 @@ pub(crate) enum OnFlash<'a> {
 }
 
 impl Store {
-    /// Runs `serve` with flash reads deferred on this thread: a command that needs a record
-    /// not yet read ends at once without an effect (a get reports a miss, a change refuses),
-    /// noting the read; the caller sees it with `flash_deferred`, throws the command's reply
-    /// away, asks for the reads (`ask_deferred`) and runs the command again once woken,
-    /// when it finds the record read. So a worker never waits for flash.
-    pub fn defer_flash_reads<T>(&self, serve: impl FnOnce() -> T) -> T {
-        if self.flash.is_none() {
-            return serve();
+    /// Defers flash reads on this thread from now on (a worker's, at its start): a command
+    /// that needs a record not yet read ends at once without an effect (a get reports a miss,
+    /// a change refuses), noting the read; the caller sees it with `flash_deferred`, throws the
+    /// command's reply away, asks for the reads (`ask_deferred`) and runs the command again
+    /// once woken, when it finds the record read. So a worker never waits for flash.
+    pub fn defer_flash_reads_on_this_thread(&self) {
+        if self.flash.is_some() {
+            DEFERRING.set(true);
         }
-        let before = DEFERRING.replace(true);
-        let result = serve();
-        DEFERRING.set(before);
-        result
     }
 
     /// Whether a command on this thread was deferred since the last `ask_deferred`.
@@ -96,7 +94,7 @@ impl Store {
     }
 
     /// Defers `key`'s read too when its item is on flash and not read yet, so that a
-    /// multiget's reads are asked for together (call inside `defer_flash_reads`).
+    /// multiget's reads are asked for together (on a thread that defers them).
     pub fn defer_if_on_flash(&self, key: &[u8]) {
         let Some(flash) = &self.flash else { return };
         if !DEFERRING.get() {
@@ -209,12 +207,19 @@ impl Store {
                 }
             }
         }
+        busy |= self.empty_page(flash, Empty::Expired);
         let free = flash.pages_free();
         if free == 0 {
-            busy |= self.empty_page(flash, None, false);
+            busy |= self.empty_page(flash, Empty::Evict);
         } else if free < knobs.compact_under as usize {
             let drop_unread = knobs.drop_unread || free < knobs.drop_under as usize;
-            busy |= self.empty_page(flash, Some(knobs.max_frag), drop_unread);
+            busy |= self.empty_page(
+                flash,
+                Empty::Compact {
+                    max_frag: knobs.max_frag,
+                    drop_unread,
+                },
+            );
         }
         if knobs.item_age != u32::MAX {
             busy |= self.move_idle(knobs.item_age) > 0;
@@ -228,12 +233,10 @@ impl Store {
         }
     }
 
-    /// Whether an item goes to flash by size and deadline.
+    /// Whether an item goes to flash by size and deadline (one with less than `ext_low_ttl`
+    /// left goes to pages of its own).
     fn flash_wants(&self, flash: &Flash, hdr: &Header, now: UnixSecs) -> bool {
-        let knobs = flash.knobs.get();
-        hdr.size() >= knobs.item_size as usize
-            && !hdr.is_expired_at(now)
-            && (hdr.expiry == 0 || hdr.expiry.saturating_sub(now) >= knobs.low_ttl)
+        hdr.size() >= flash.knobs.get().item_size as usize && !hdr.is_expired_at(now)
     }
 
     /// Moves the item `found` (in memory, indexed) to flash when the flash tier wants it and
@@ -260,7 +263,13 @@ impl Store {
             h.expiry != 0,
             cas.is_some(),
         );
-        let Some(addr) = flash.append(size, |out| {
+        let knobs = flash.knobs.get();
+        let bucket = if h.expiry != 0 && h.expiry.saturating_sub(now) < knobs.low_ttl {
+            Bucket::LowTtl
+        } else {
+            Bucket::Default
+        };
+        let Some(addr) = flash.append(bucket, size, h.expiry, |out| {
             item::write(
                 out,
                 key,
@@ -497,6 +506,12 @@ impl Store {
         rate != 0 && flash.counters.reads.fetch_add(1, Relaxed) % u64::from(rate) == 0
     }
 
+    pub(crate) fn count_flash_get(&self) {
+        if let Some(flash) = &self.flash {
+            bump(&flash.counters.gets, 1);
+        }
+    }
+
     pub(crate) fn count_recache(&self) {
         if let Some(flash) = &self.flash {
             bump(&flash.counters.recaches, 1);
@@ -513,8 +528,6 @@ impl Store {
         now: UnixSecs,
         read: impl FnOnce(ItemView<'_>, &mut Marks) -> R,
     ) -> R {
-        let flash = self.flash.as_ref().expect("fetched from flash");
-        bump(&flash.counters.gets, 1);
         let h = fetched.hdr;
         let view = self.flash_view(&h, fetched.record.item(), now);
         let before = Marks {
@@ -584,15 +597,18 @@ impl Store {
         moved
     }
 
-    /// Empties one full page: the oldest (its items evicted) when `max_frag` is `None`, else
-    /// the emptiest under `max_frag` (its live items written again, or dropped when never
-    /// read and `drop_unread`). False when no page qualifies.
-    fn empty_page(&self, flash: &Flash, max_frag: Option<f64>, drop_unread: bool) -> bool {
-        let Some(page) = flash.take_victim(max_frag) else {
+    /// Empties one full page as `how` says; false when no page qualifies.
+    fn empty_page(&self, flash: &Flash, how: Empty) -> bool {
+        let now = self.clock.now();
+        let victim = match how {
+            Empty::Expired => flash.take_expired(now),
+            Empty::Evict => flash.take_victim(None),
+            Empty::Compact { max_frag, .. } => flash.take_victim(Some(max_frag)),
+        };
+        let Some(page) = victim else {
             return false;
         };
-        let compacting = max_frag.is_some();
-        if !compacting {
+        if how == Empty::Evict {
             bump(&flash.counters.page_evictions, 1);
         }
         let version = flash.pages[page as usize].version.load(Relaxed) as u32;
@@ -606,7 +622,6 @@ impl Store {
                 return false;
             }
         };
-        let now = self.clock.now();
         let mut from = 0;
         while from < fill {
             if let Err(e) = flash.read_page(page, from, &mut chunk) {
@@ -628,21 +643,32 @@ impl Store {
                     continue;
                 };
                 let size = item_bytes.len() as u64;
-                if !compacting {
-                    self.unlink_flash(sh, slot, location);
-                    bump(&flash.counters.objects_evicted, 1);
-                    bump(&flash.counters.bytes_evicted, size);
-                    continue;
-                }
+                let drop_unread = match how {
+                    Empty::Evict => {
+                        self.unlink_flash(sh, slot, location);
+                        bump(&flash.counters.objects_evicted, 1);
+                        bump(&flash.counters.bytes_evicted, size);
+                        continue;
+                    }
+                    Empty::Expired => {
+                        self.unlink_flash(sh, slot, location);
+                        sh.counters.reclaimed += 1;
+                        sh.counters.expired_unfetched += u64::from(!hdr.has(item::FETCHED));
+                        continue;
+                    }
+                    Empty::Compact { drop_unread, .. } => drop_unread,
+                };
                 if hdr.is_expired_at(now) || (drop_unread && !hdr.has(item::FETCHED)) {
                     self.unlink_flash(sh, slot, location);
                     bump(&flash.counters.compact_skipped, 1);
                     continue;
                 }
-                match flash.append(item_bytes.len(), |out| out.copy_from_slice(item_bytes)) {
+                let rescued = flash.append(Bucket::Compact, item_bytes.len(), hdr.expiry, |out| {
+                    out.copy_from_slice(item_bytes)
+                });
+                match rescued {
                     Some(addr) => {
                         sh.index.set_location(slot, flash.geometry.pack(addr, hash));
-                        flash.set_bucket(flash.page_of(addr), 1);
                         flash.forget(flash.geometry.addr_of(location));
                         bump(&flash.counters.compact_rescues, 1);
                     }
@@ -668,6 +694,18 @@ impl Store {
                 }
             });
     }
+}
+
+/// Which page `empty_page` empties, and what becomes of its items.
+#[derive(Clone, Copy, PartialEq)]
+enum Empty {
+    /// A page whose every item has expired: they are gone (reclaimed).
+    Expired,
+    /// The oldest page, flash being full: its items are evicted.
+    Evict,
+    /// The emptiest page under `max_frag` live: its live items are written again (dropped
+    /// when never read, with `drop_unread`).
+    Compact { max_frag: f64, drop_unread: bool },
 }
 
 /// What a command that changes an item means to do with one on flash.

@@ -725,13 +725,14 @@ impl Saved {
                 w.u64(f.page_size);
                 w.u64(f.next_version);
                 w.u64(f.pages.len() as u64);
-                for &(version, state, live, objects, fill, bucket) in &f.pages {
+                for &(version, state, live, objects, fill, bucket, max_expiry) in &f.pages {
                     w.u64(version);
                     w.u32(state);
                     w.u64(live);
                     w.u64(objects);
                     w.u64(fill);
                     w.u32(bucket);
+                    w.u32(max_expiry);
                 }
                 for list in [&f.free_pages, &f.full_pages] {
                     w.u64(list.len() as u64);
@@ -844,10 +845,17 @@ impl Saved {
             }
             f.page_size = r.u64()?;
             f.next_version = r.u64()?;
-            let pages = r.count(40)?;
+            let pages = r.count(44)?;
             for _ in 0..pages {
-                f.pages
-                    .push((r.u64()?, r.u32()?, r.u64()?, r.u64()?, r.u64()?, r.u32()?));
+                f.pages.push((
+                    r.u64()?,
+                    r.u32()?,
+                    r.u64()?,
+                    r.u64()?,
+                    r.u64()?,
+                    r.u32()?,
+                    r.u32()?,
+                ));
             }
             for list in [&mut f.free_pages, &mut f.full_pages] {
                 let len = r.count(4)?;

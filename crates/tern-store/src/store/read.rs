@@ -332,12 +332,15 @@ impl Store {
             let bits = h.bits & item::STATE_BITS;
             if self.promote(sh, key, &fetched, bits, None, now) {
                 if touch.is_none() {
+                    // Read from flash, then brought back: counted as both, as memcached does.
+                    self.count_flash_get();
                     self.count_recache();
                 }
                 drop(guard);
                 return self.read_item::<_, true, _>(key.bytes, touch, read);
             }
         }
+        self.count_flash_get();
         Ok(self.read_fetched(sh, key, &fetched, now, read))
     }
 

@@ -81,6 +81,7 @@ impl UringWorker {
     }
 
     pub fn run(self) {
+        self.shared.store.defer_flash_reads_on_this_thread();
         let ring = build_ring().and_then(|ring| {
             BufRing::new().and_then(|bufs| {
                 bufs.register(&ring)?;
