@@ -50,8 +50,13 @@ const UDP_DATAGRAM_MAX: usize = 65_536;
 /// What a thread is asked to do.
 #[derive(Clone, Copy, Debug)]
 pub enum Job {
-    /// Store keys `first..end` once each.
-    Preload { first: u64, end: u64 },
+    /// Store keys `first..end` once each; `rate`: this thread's share of the preload rate in
+    /// sets per second (none: as fast as the pipeline goes).
+    Preload {
+        first: u64,
+        end: u64,
+        rate: Option<f64>,
+    },
     /// Run the workload; `quota`: requests to measure (else the plan's duration); `rate`: this
     /// thread's open-loop share in requests per second.
     Measure {
@@ -714,7 +719,7 @@ impl<'p> Worker<'p> {
         let ns = |d: Duration| d.as_nanos() as u64;
         let now_ns = || ns(start.elapsed());
         let (quota, rate) = match self.job {
-            Job::Preload { first, end } => (Some(end - first), None),
+            Job::Preload { first, end, rate } => (Some(end - first), rate),
             Job::Measure { quota, rate } => (quota, rate),
         };
         let warmup_end = match self.job {

@@ -7,6 +7,7 @@ pub mod ketama;
 pub mod plot;
 pub mod report;
 pub mod run;
+pub mod server_stats;
 pub mod stats;
 pub mod studies;
 pub mod tls;
@@ -83,6 +84,10 @@ pub struct WorkloadArgs {
     /// Distinct keys.
     #[arg(short = 'k', long)]
     pub keys: Option<u64>,
+    /// Instead of --keys: as many keys as fill X times the servers' memory (`limit_maxbytes`
+    /// from their stats, summed), each item counted as mean value size + key length + 59 bytes.
+    #[arg(long, value_name = "X", conflicts_with = "keys")]
+    pub key_space_factor: Option<f64>,
     /// Bytes per key.
     #[arg(long)]
     pub key_len: Option<usize>,
@@ -98,6 +103,14 @@ pub struct WorkloadArgs {
     /// Skip storing every key before measuring.
     #[arg(long)]
     pub no_preload: bool,
+    /// Preload at this many sets per second in total (default: as fast as the server answers);
+    /// a flash tier's writer may need the preload slower than that, or the server evicts.
+    #[arg(long, value_name = "RATE")]
+    pub preload_rate: Option<f64>,
+    /// Before measuring, wait up to this long (e.g. `30s`) for the servers' flash tier to go
+    /// idle: `extstore_io_queue` 0 and no flash write for a second (at once without one).
+    #[arg(long, value_name = "LIMIT")]
+    pub settle: Option<String>,
     /// Unrecorded run time first, e.g. `2s`.
     #[arg(long)]
     pub warmup: Option<String>,
@@ -182,6 +195,19 @@ impl WorkloadArgs {
         }
         if self.rate.is_some() {
             w.rate = self.rate;
+        }
+        if self.keys.is_some() {
+            // A key count given here beats a factor in the workload file.
+            w.key_space_factor = None;
+        }
+        if self.key_space_factor.is_some() {
+            w.key_space_factor = self.key_space_factor;
+        }
+        if self.preload_rate.is_some() {
+            w.preload_rate = self.preload_rate;
+        }
+        if self.settle.is_some() {
+            w.settle = self.settle.clone();
         }
         Plan::new(&w)?; // report a bad workload before anything starts
         Ok(w)

@@ -134,12 +134,30 @@ pub fn print_table(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         w.servers.iter().flat_map(|s| s.split(',')).count(),
         r.seconds
     )?;
+    if let Some(k) = &r.key_space {
+        writeln!(
+            out,
+            "  key space    {} keys x {:.0} B = {} x limit_maxbytes ({} B)",
+            k.keys, k.bytes_per_key, k.factor, k.limit_maxbytes
+        )?;
+    }
     if let Some(p) = &r.preload {
         writeln!(
             out,
             "  preload      {} keys in {:.2} s ({} failed)",
             p.keys, p.seconds, p.failed
         )?;
+    }
+    if let Some(s) = &r.settle {
+        if s.settled {
+            writeln!(out, "  settle       flash idle after {:.2} s", s.seconds)?;
+        } else {
+            writeln!(
+                out,
+                "  settle       flash still busy after {:.2} s",
+                s.seconds
+            )?;
+        }
     }
     writeln!(
         out,
@@ -159,6 +177,20 @@ pub fn print_table(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             h * 100.0,
             r.counts.hits,
             r.counts.misses
+        )?;
+    }
+    if let Some(g) = &r.server_gets {
+        let share = |n: u64| 100.0 * n as f64 / g.total().max(1) as f64;
+        writeln!(
+            out,
+            "  server gets  {} from RAM ({:.1}%), {} from flash ({:.1}%), {} misses ({:.1}%; {} gone from flash)",
+            g.from_ram,
+            share(g.from_ram),
+            g.from_flash,
+            share(g.from_flash),
+            g.misses,
+            share(g.misses),
+            g.flash_misses
         )?;
     }
     let commands: Vec<String> = r

@@ -1,5 +1,5 @@
-//! One run: preload, then the measured phase on `threads` generator threads, merged into a
-//! report (the `--json` document).
+//! One run: the key space sized (`key_space_factor`), preload, settle, then the measured phase
+//! on `threads` generator threads, merged into a report (the `--json` document).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -13,6 +13,7 @@ use tern_tune::pin;
 use crate::cpu::{self, CpuReport, CpuSample};
 use crate::engine::{Job, Tick, Worker};
 use crate::ketama::Ketama;
+use crate::server_stats::{self, KeySpace, ServerGets, Settle};
 use crate::stats::{Counts, Latency, Stats};
 use crate::workload::{Plan, Target, Workload};
 
@@ -47,7 +48,12 @@ pub struct RunReport {
     pub counts: Counts,
     pub errors_total: u64,
     pub latency_us: Latency,
+    /// Where the servers answered the gets, memory or flash; null without a flash tier.
+    pub server_gets: Option<ServerGets>,
+    /// How `key_space_factor` sized the key space; null without it.
+    pub key_space: Option<KeySpace>,
     pub preload: Option<PreloadReport>,
+    pub settle: Option<Settle>,
     pub cpu: Option<CpuReport>,
 }
 
@@ -126,7 +132,17 @@ pub fn run(
     server_pid: Option<u32>,
     on_second: &mut dyn FnMut(&Second),
 ) -> anyhow::Result<RunReport> {
-    let plan = Plan::new(workload)?;
+    let mut workload = workload.clone();
+    let mut plan = Plan::new(&workload)?;
+    let key_space = match plan.key_space_factor {
+        Some(factor) => {
+            let key_space = KeySpace::of_servers(&plan, factor)?;
+            workload.keys = key_space.keys;
+            plan = Plan::new(&workload)?;
+            Some(key_space)
+        }
+        None => None,
+    };
     let ring = (plan.targets.len() > 1).then(|| {
         Ketama::new(
             &plan
@@ -144,6 +160,7 @@ pub fn run(
             .map(|t| Job::Preload {
                 first: plan.keys * t as u64 / threads as u64,
                 end: plan.keys * (t as u64 + 1) / threads as u64,
+                rate: plan.preload_rate.map(|r| r / threads as f64),
             })
             .collect();
         let stats = spawn_all(&plan, ring.as_ref(), jobs, began, None, || {}).context("preload")?;
@@ -156,7 +173,16 @@ pub fn run(
     } else {
         None
     };
+    let settle = plan
+        .settle
+        .map(|limit| server_stats::settle(&plan, limit))
+        .transpose()
+        .context("settle")?;
 
+    // The servers' counters as the measured phase begins, for the split of gets between memory
+    // and flash; best effort: a server that does not answer `stats` only loses the split.
+    let snapshot = || server_stats::fetch_all(&plan).ok();
+    let mut servers_begin = plan.warmup.is_zero().then(snapshot);
     let pid = server_pid.or_else(|| local_server_pid(&plan));
     let jobs = (0..threads)
         .map(|t| Job::Measure {
@@ -196,6 +222,9 @@ pub fn run(
         loop {
             if cpu_begin.is_none() && start.elapsed() >= plan.warmup {
                 cpu_begin = Some(CpuSample::take(pid));
+                if servers_begin.is_none() {
+                    servers_begin = Some(snapshot());
+                }
             }
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(tick) => {
@@ -228,6 +257,10 @@ pub fn run(
         rest.into_iter().for_each(emit);
     })?;
     let cpu_end = CpuSample::take(pid);
+    let server_gets = servers_begin
+        .flatten()
+        .filter(|begin| begin.iter().any(|s| s.number("get_extstore").is_some()))
+        .and_then(|begin| ServerGets::between(&begin, &snapshot()?));
 
     let counts = stats.counts.clone();
     // Until the last reply: a server that fell behind answers after the schedule ended, and its
@@ -240,7 +273,7 @@ pub fn run(
     let gets = counts.hits + counts.misses;
     Ok(RunReport {
         schema: SCHEMA,
-        workload: workload.clone(),
+        workload,
         mode: if plan.rate.is_some() {
             "open"
         } else {
@@ -261,7 +294,10 @@ pub fn run(
         errors_total: counts.errors.total(),
         latency_us: Latency::of(&stats.latency),
         counts,
+        server_gets,
+        key_space,
         preload,
+        settle,
         cpu: cpu_begin.map(|b| CpuReport {
             server_cpu_percent_per_second: cpu_percent,
             machine_per_second,

@@ -34,6 +34,9 @@ pub struct Workload {
     pub multiget: usize,
     /// Number of distinct keys.
     pub keys: u64,
+    /// Size the key space from the servers' memory instead of `keys`: keys × (mean value size
+    /// + key_len + 59 bytes of item overhead) ≈ this × the sum of their `limit_maxbytes`.
+    pub key_space_factor: Option<f64>,
     /// Bytes per key (`k` then the zero-padded key number).
     pub key_len: usize,
     /// `uniform`, `zipf:<exponent>` or `sequential`.
@@ -44,6 +47,12 @@ pub struct Workload {
     pub ttl: u32,
     /// Store every key once before measuring.
     pub preload: bool,
+    /// Preload at this many sets per second in total; none: as fast as the server answers.
+    /// A flash tier's writer falls behind a fast preload, and the server evicts what it could
+    /// not write.
+    pub preload_rate: Option<f64>,
+    /// Before measuring, wait up to this long (`30s`) for the servers' flash tier to go idle.
+    pub settle: Option<String>,
     /// Run, but do not record, for this long first (`2s`, `500ms`).
     pub warmup: String,
     /// Measure for this long (ignored when `requests` is set).
@@ -77,11 +86,14 @@ impl Default for Workload {
             mix: "get:9,set:1".into(),
             multiget: 10,
             keys: 10_000,
+            key_space_factor: None,
             key_len: 16,
             key_distribution: "uniform".into(),
             value_size: "32".into(),
             ttl: 0,
             preload: true,
+            preload_rate: None,
+            settle: None,
             warmup: "0s".into(),
             duration: "5s".into(),
             requests: None,
@@ -179,6 +191,19 @@ impl ValueSize {
             ValueSize::Weighted(list) => list.iter().map(|(s, _)| *s).max().unwrap_or(0),
         }
     }
+
+    /// The mean value size the workload stores.
+    pub fn mean(&self) -> f64 {
+        match self {
+            ValueSize::Fixed(n) => *n as f64,
+            ValueSize::Range(lo, hi) => (*lo + *hi) as f64 / 2.0,
+            ValueSize::Weighted(list) => {
+                let weight: u64 = list.iter().map(|(_, w)| u64::from(*w)).sum();
+                let bytes: u64 = list.iter().map(|(s, w)| *s as u64 * u64::from(*w)).sum();
+                bytes as f64 / weight as f64
+            }
+        }
+    }
 }
 
 /// A checked workload, ready to run.
@@ -196,11 +221,14 @@ pub struct Plan {
     pub weights: Vec<u32>,
     pub multiget: usize,
     pub keys: u64,
+    pub key_space_factor: Option<f64>,
     pub key_len: usize,
     pub key_distribution: KeyDistribution,
     pub value_size: ValueSize,
     pub ttl: u32,
     pub preload: bool,
+    pub preload_rate: Option<f64>,
+    pub settle: Option<Duration>,
     pub warmup: Duration,
     pub duration: Duration,
     pub requests: Option<u64>,
@@ -359,11 +387,19 @@ impl Plan {
                 "UDP needs host:port servers"
             );
         }
-        if let Some(rate) = w.rate {
+        if let Some(factor) = w.key_space_factor {
             ensure!(
-                rate.is_finite() && rate > 0.0,
-                "rate must be a positive number"
+                factor.is_finite() && factor > 0.0,
+                "key_space_factor must be a positive number"
             );
+        }
+        for (name, rate) in [("rate", w.rate), ("preload_rate", w.preload_rate)] {
+            if let Some(rate) = rate {
+                ensure!(
+                    rate.is_finite() && rate > 0.0,
+                    "{name} must be a positive number"
+                );
+            }
         }
         let poisson = match w.arrivals.as_str() {
             "constant" => false,
@@ -389,11 +425,18 @@ impl Plan {
             weights,
             multiget: w.multiget,
             keys: w.keys,
+            key_space_factor: w.key_space_factor,
             key_len: w.key_len,
             key_distribution: key_distribution(&w.key_distribution)?,
             value_size: value_size(&w.value_size)?,
             ttl: w.ttl,
             preload: w.preload,
+            preload_rate: w.preload_rate,
+            settle: w
+                .settle
+                .as_ref()
+                .map(|s| duration("settle", s))
+                .transpose()?,
             warmup: duration("warmup", &w.warmup)?,
             duration: duration("duration", &w.duration)?,
             requests: w.requests,

@@ -79,6 +79,10 @@ fn check_schema(doc: &Value) {
             number(doc, &format!("/preload/{f}"));
         }
     }
+    for f in ["server_gets", "key_space", "settle"] {
+        let v = doc.get(f).unwrap_or_else(|| panic!("{f} is missing"));
+        assert!(v.is_null() || v.is_object(), "{f}: {v}");
+    }
     let cpu = &doc["cpu"];
     assert!(cpu["machine"].is_array());
     for f in [

@@ -3,31 +3,40 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tern_bench::run::run;
 use tern_bench::workload::Workload;
 
-/// Answers every `get` with `END` (a miss), except that it sleeps 100 ms once, 500 ms in.
+/// Answers every line with `END` (a get's miss; tern bench's `stats` finds no counters), except
+/// that it sleeps 100 ms once, 500 ms in.
 fn stalling_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let started = Instant::now();
+    let stalled = Arc::new(AtomicBool::new(false));
     std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut writer = stream;
-        let started = Instant::now();
-        let mut stalled = false;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if !stalled && started.elapsed() > Duration::from_millis(500) {
-                stalled = true;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            if writer.write_all(b"END\r\n").is_err() {
-                return;
-            }
-            line.clear();
+        for stream in listener.incoming() {
+            let stream = stream.unwrap();
+            let stalled = stalled.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                    if started.elapsed() > Duration::from_millis(500)
+                        && !stalled.swap(true, Ordering::Relaxed)
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    if writer.write_all(b"END\r\n").is_err() {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
         }
     });
     port
