@@ -108,7 +108,7 @@ impl<'a> Ops<'a> {
     /// Records one request (one key of a retrieval): its outcome count, and a place in the
     /// latency batch the connection times once its replies are written. A request deferred
     /// for a flash read is not recorded: it runs again.
-    #[inline]
+    #[inline(always)]
     fn record(&self, cmd: Cmd, outcome: Outcome) {
         if self.deferred(outcome) {
             return;
@@ -126,9 +126,16 @@ impl<'a> Ops<'a> {
 
     /// Whether the request just run was deferred for a flash read: its replies are dropped
     /// and it runs again once the read has landed.
-    #[inline]
+    #[inline(always)]
     pub fn flash_deferred(&self) -> bool {
-        self.flash && self.store().flash_deferred()
+        self.flash && self.deferred_on_flash()
+    }
+
+    /// `flash_deferred` once the store has a flash tier: kept out of the request path.
+    #[cold]
+    #[inline(never)]
+    fn deferred_on_flash(&self) -> bool {
+        self.store().flash_deferred()
     }
 
     /// Asks for the flash reads the deferred requests need; this worker wakes as they land.
@@ -167,7 +174,7 @@ impl<'a> Ops<'a> {
     }
 
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
-    #[inline]
+    #[inline(always)]
     fn record_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
         if self.deferred(outcome) {
             return;

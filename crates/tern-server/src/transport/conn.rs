@@ -573,7 +573,7 @@ impl Conn {
         };
         self.awaiting_flash = progress.awaiting_flash;
         if progress.awaiting_flash {
-            ops.ask_flash_reads();
+            Self::ask_flash_reads(ops);
         }
         self.rstart += progress.consumed;
         self.resuming = progress.resume.is_some();
@@ -616,6 +616,13 @@ impl Conn {
                 Some(false)
             }
         }
+    }
+
+    /// Asks for the flash reads the requests just deferred need: off the request path.
+    #[cold]
+    #[inline(never)]
+    fn ask_flash_reads(ops: &Ops<'_>) {
+        ops.ask_flash_reads();
     }
 
     /// Writes queued replies until done or the socket is full.

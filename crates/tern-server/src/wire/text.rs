@@ -39,10 +39,7 @@ pub fn serve(
         if let Some((key, end)) = ahead.one_key_get_at(ops, progress.consumed, budget - served) {
             // What the parser would make of the line, found by the look-ahead already.
             served += 1;
-            let mark = out.buf().len();
-            answer_one::<false>(ops, key, out.buf());
-            if ops.flash_deferred() {
-                out.buf().truncate(mark);
+            if answer_one::<false>(ops, key, out.buf()) {
                 ahead.defer_rest(ops);
                 progress.awaiting_flash = true;
                 break;
@@ -535,6 +532,7 @@ fn get_one(ops: &Ops<'_>, key: &[u8], with_cas: bool, buf: &mut Vec<u8>) -> Step
         return Step::Done(0);
     }
     let key = &ops.hash_key(key);
+    // A deferral is seen by the serve loop (`Ops::flash_deferred`), as any request's.
     if with_cas {
         answer_one::<true>(ops, key, buf);
     } else {
@@ -546,8 +544,9 @@ fn get_one(ops: &Ops<'_>, key: &[u8], with_cas: bool, buf: &mut Vec<u8>) -> Step
 /// The reply to a get (or with `WITH_CAS` a gets) of `key` alone, `VALUE` and `END` written in
 /// one step. Its own copies of the lookup, apart from [`get_value`]'s: the commonest request
 /// passes fewer arguments, tests nothing about cas, and writes its reply at once.
+/// True when the get was deferred for a flash read instead (nothing written).
 #[inline(never)]
-fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mut Vec<u8>) {
+fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mut Vec<u8>) -> bool {
     let cmd = if WITH_CAS { Cmd::Gets } else { Cmd::Get };
     let found = ops.get(cmd, *key, None, buf, |item, buf| {
         ascii::encode_only_value(
@@ -558,9 +557,14 @@ fn answer_one<const WITH_CAS: bool>(ops: &Ops<'_>, key: &HashedKey<'_>, buf: &mu
             WITH_CAS.then(|| item.cas()),
         )
     });
+    // Only a miss can be a deferral: a hit asks nothing more.
     if found.is_err() {
+        if ops.flash_deferred() {
+            return true;
+        }
         buf.extend_from_slice(ascii::END);
     }
+    false
 }
 
 /// One key of a retrieval: its `VALUE` reply into `buf` when it is found.

@@ -185,7 +185,7 @@ impl Store {
 
     /// Every flash page, in order (`stats extstore`).
     pub fn flash_pages(&self) -> Vec<FlashPageInfo> {
-        self.flash.as_ref().map_or_else(Vec::new, Flash::page_info)
+        self.flash.as_ref().map_or_else(Vec::new, |f| f.page_info())
     }
 
     /// One pass of the flash tier's background work (write full buffers, free or compact a
@@ -208,18 +208,23 @@ impl Store {
             }
         }
         busy |= self.empty_page(flash, Empty::Expired);
+        // Short of pages: the emptiest page is compacted if one is fragmented enough and a
+        // free page can take what it keeps; with none free, the oldest is evicted.
         let free = flash.pages_free();
-        if free == 0 {
-            busy |= self.empty_page(flash, Empty::Evict);
-        } else if free < knobs.compact_under as usize {
+        if free <= (knobs.compact_under as usize).max(1) {
             let drop_unread = knobs.drop_unread || free < knobs.drop_under as usize;
-            busy |= self.empty_page(
-                flash,
-                Empty::Compact {
-                    max_frag: knobs.max_frag,
-                    drop_unread,
-                },
-            );
+            let compacted = free > 0
+                && self.empty_page(
+                    flash,
+                    Empty::Compact {
+                        max_frag: knobs.max_frag,
+                        drop_unread,
+                    },
+                );
+            busy |= compacted;
+            if free == 0 {
+                busy |= self.empty_page(flash, Empty::Evict);
+            }
         }
         if knobs.item_age != u32::MAX {
             busy |= self.move_idle(knobs.item_age) > 0;
@@ -741,7 +746,9 @@ pub(crate) enum Before<'a> {
 
 impl Store {
     /// Before a change to `key` (lock held): if it has no item in memory but one on flash,
-    /// handles that by `intent`.
+    /// handles that by `intent`. Only with a flash tier: kept out of the commands' code.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn before_write<'a>(
         &'a self,
         mut guard: ShardGuard<'a>,

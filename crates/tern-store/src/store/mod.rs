@@ -55,8 +55,9 @@ pub struct Store {
     pub(crate) oldest: Box<[AtomicU64]>,
     /// Told of every item evicted (see `observe_evictions`).
     pub(crate) eviction_observer: OnceLock<EvictionObserver>,
-    /// The flash tier (`Config::flash`), if any.
-    pub(crate) flash: Option<Flash>,
+    /// The flash tier (`Config::flash`), if any; boxed, so that a store without one stays as
+    /// small as it was.
+    pub(crate) flash: Option<Box<Flash>>,
     /// Items of at least this many bytes count as `flash_sized` (the flash tier's starting
     /// `ext_item_size`; never without a flash tier).
     pub(crate) flash_sized_from: usize,
@@ -75,7 +76,11 @@ impl Store {
             config.lock_memory,
         )?;
         let seeds = hash_seeds::random_seeds();
-        let flash = config.flash.as_ref().map(Flash::open).transpose()?;
+        let flash = config
+            .flash
+            .as_ref()
+            .map(|f| Flash::open(f).map(Box::new))
+            .transpose()?;
         let mut store = Store::with_heap(
             config,
             clock,

@@ -215,7 +215,11 @@ impl Store {
             .map_err(|e| StoreError::MemoryFile(format!("memory file {}: {e}", path.display())))?
             .len();
         // Locked before anything else is read: a file another server uses fails the start.
-        let flash = config.flash.as_ref().map(Flash::open).transpose()?;
+        let flash = config
+            .flash
+            .as_ref()
+            .map(|f| Flash::open(f).map(Box::new))
+            .transpose()?;
         let saved = match saved {
             None => Err("no metadata from a clean stop".to_string()),
             Some(bytes) => Saved::decode(bytes).and_then(|saved| {
@@ -267,7 +271,7 @@ impl Store {
         clock: Arc<Clock>,
         file: &File,
         path: &Path,
-        flash: Option<Flash>,
+        flash: Option<Box<Flash>>,
         why: String,
     ) -> Result<(Store, Opened), StoreError> {
         let geometry = Geometry::of(&config)?;
@@ -277,7 +281,12 @@ impl Store {
             // The old bookkeeping may have been taken back in part: open the files afresh.
             Some(old) => {
                 drop(old);
-                store.config.flash.as_ref().map(Flash::open).transpose()?
+                store
+                    .config
+                    .flash
+                    .as_ref()
+                    .map(|f| Flash::open(f).map(Box::new))
+                    .transpose()?
             }
             None => None,
         };

@@ -214,7 +214,7 @@ impl Store {
     }
 
     /// What `get` and `get_and_touch` share: a read whose reader leaves the marks alone.
-    #[inline]
+    #[inline(never)]
     fn read_unmarked<'k, R>(
         &self,
         key: impl ReadKey<'k>,
@@ -270,16 +270,16 @@ impl Store {
         } = key.hashed(self);
         let now = self.clock.now();
         let mut guard = self.lock(shard);
-        self.catch_up_flush(&mut guard, Some(key), now)?;
-        if self.flash.is_some() && self.lookup(&guard, key).is_none() {
-            return self.read_flash(guard, shard, key, touch, read);
-        }
         let sh = &mut *guard;
+        self.catch_up_flush(sh, Some(key), now)?;
         // `live`, spelled out: the item's bytes found with it cannot leave a function that
         // may unlink the item.
-        let (found, bytes) = self
-            .find_item_hinted(sh, key, slot_hint)
-            .ok_or(Miss::NotFound)?;
+        let Some((found, bytes)) = self.find_item_hinted(sh, key, slot_hint) else {
+            if self.flash.is_some() {
+                return self.read_flash(guard, shard, key, touch, read);
+            }
+            return Err(Miss::NotFound);
+        };
         if found.hdr.is_expired_at(now) {
             self.unlink_expired(sh, found.slot, found.loc);
             return Err(Miss::Expired);
