@@ -11,6 +11,7 @@ that read flash anyway (a tag that matched), over those gets.
 
     scripts/flash-memory.py [--count 2000000] [--value 1024] [-m 64] [--flash-gib 4]
         [--dir /tmp] [--tern target/release/tern] [--memcached PATH] [--sample 100000]
+        [--rate 25000]
 
 Long: about 2 minutes per server for the defaults on a 2-core machine. Not a test (it asserts
 nothing): its output goes to docs/flash.md with its date and commit.
@@ -50,16 +51,22 @@ def key(n):
     return b"key:%d" % n
 
 
-def load(port, count, value):
-    """Stores `count` items with `noreply`, in batches, then a `mn` to wait for them all."""
+def load(port, count, value, rate):
+    """Stores `count` items with `noreply`, in batches, at most `rate` a second (a flash tier
+    takes what eviction hands it only as fast as its file takes writes: faster, both servers
+    evict instead), then a `mn` to wait for them all."""
     sock = socket.create_connection(("127.0.0.1", port))
     body = b"x" * value
     batch = 256
+    started = time.time()
     for start in range(0, count, batch):
         parts = []
         for n in range(start, min(count, start + batch)):
             parts.append(b"set %s 0 0 %d noreply\r\n%s\r\n" % (key(n), value, body))
         sock.sendall(b"".join(parts))
+        ahead = start / rate - (time.time() - started)
+        if ahead > 0:
+            time.sleep(ahead)
     sock.sendall(b"mn\r\n")
     buf = b""
     while not buf.endswith(b"MN\r\n"):
@@ -67,21 +74,18 @@ def load(port, count, value):
     return sock
 
 
-def settle(sock, patience=300):
-    """Waits until the flash tier has no buffer waiting and no item it would take is still
-    in memory (memcached's test library's wait), at most `patience` seconds."""
+def settle(sock, patience=120):
+    """Waits until the flash tier has no buffer waiting and wrote nothing for two seconds, at
+    most `patience` seconds."""
     deadline = time.time() + patience
+    last = None
     while time.time() < deadline:
         s = stats(sock)
-        items = stats(sock, b"items")
-        in_memory = sum(
-            int(v)
-            for k, v in items.items()
-            if k.endswith(":number") and int(k.split(":")[1]) >= 3
-        )
-        if s.get("extstore_io_queue", "0") == "0" and in_memory == 0:
+        written = s.get("extstore_objects_written")
+        if s.get("extstore_io_queue", "0") == "0" and written == last:
             return
-        time.sleep(1)
+        last = written
+        time.sleep(2)
 
 
 def found(sock, keys):
@@ -110,7 +114,7 @@ def run(name, cmd, port, args, flash_path):
             raise RuntimeError(f"{name} did not start: {proc.stderr.read().decode()}")
         empty_rss = rss_mib(proc.pid)
         started = time.time()
-        sock = load(port, args.count, args.value)
+        sock = load(port, args.count, args.value, args.rate)
         loaded = time.time() - started
         settle(sock)
         rss = rss_mib(proc.pid)
@@ -174,23 +178,28 @@ def main():
     p.add_argument("--tern", default="target/release/tern")
     p.add_argument("--memcached", default=shutil.which("memcached"))
     p.add_argument("--sample", type=int, default=100_000)
+    p.add_argument("--rate", type=int, default=25_000, help="sets a second while loading")
+    p.add_argument("--only", choices=["tern", "memcached"], help="run one server only")
     args = p.parse_args()
     flash = os.path.join(args.dir, f"flash-memory-{os.getpid()}")
     ext = f"ext_path={flash}:{args.flash_gib}g"
     port = free_port()
-    run(
-        "tern",
-        [args.tern, "serve", "-l", "127.0.0.1", "-p", str(port), "-m", str(args.m), "-o", ext],
-        port,
-        args,
-        flash,
-    )
-    if args.memcached:
+    if args.only != "memcached":
+        run(
+            "tern",
+            [args.tern, "serve", "-l", "127.0.0.1", "-p", str(port), "-m", str(args.m), "-o", ext],
+            port,
+            args,
+            flash,
+        )
+    if args.memcached and args.only != "tern":
         port = free_port()
+        # memcached refuses to run as root without -u.
+        user = ["-u", "root"] if os.geteuid() == 0 else []
         run(
             "memcached",
-            [args.memcached, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", str(args.m),
-             "-o", ext],
+            [args.memcached, *user, "-l", "127.0.0.1", "-p", str(port), "-U", "0",
+             "-m", str(args.m), "-o", ext],
             port,
             args,
             flash,

@@ -70,6 +70,9 @@ pub struct Conn {
     resuming: bool,
     /// Its next request waits for flash reads: the worker drives it again when one lands.
     awaiting_flash: bool,
+    /// When the batch whose request waits for flash began: that request's latency counts
+    /// from there, its wait included.
+    waiting_since: Option<u64>,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
@@ -190,6 +193,7 @@ impl Conn {
             close_reason: CloseReason::Normal,
             resuming: false,
             awaiting_flash: false,
+            waiting_since: None,
             peer_closed: false,
             queued: false,
             listed: false,
@@ -359,8 +363,13 @@ impl Conn {
         // Latency per batch, not per request (a clock read costs more than the recording):
         // from here, after the read, to the write of the batch's replies.
         let started = (self.rstart < self.rend).then(monotonic_nanos);
+        // A request run again after its flash read counts from its first run.
+        let started = self.waiting_since.take().or(started);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits, pool);
+        if self.awaiting_flash {
+            self.waiting_since = started;
+        }
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
             // The same read serves -o idle_timeout: input came in this turn.

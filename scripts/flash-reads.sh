@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Reads from a flash tier against what the file system gives fio (issue 27's item 3).
+#
+#   scripts/flash-reads.sh [DIR]        (DIR: the file system to test, default /tmp)
+#   TERN=target/release/tern DURATION=15s scripts/flash-reads.sh
+#
+# 1. fio: random 4 KiB O_DIRECT reads through io_uring of a 4 GiB file in DIR, one job at
+#    queue depth 1 (what one request at a time can have) and at depth 32 (what the device can
+#    have), for DURATION each: IOPS and p99 latency.
+# 2. tern with `-m 64` and a 4 GiB flash file in DIR, one worker thread and two flash I/O
+#    threads, holding 16 x -m of 3,500-byte values (one block each), preloaded at 20,000 sets/s
+#    (`tern bench --key-space-factor 16 --preload-rate 20000 --settle 60s`): then
+#    - open loop at 70 % of fio's depth-1 IOPS, 8 connections, uniform keys: throughput and
+#      latency (client side, so an upper bound of the server's), and the share of gets served
+#      from flash (tern bench's `server gets` line);
+#    - closed loop, 32 connections: the most it carries, against fio's depth-32 IOPS.
+# Prints fio's and tern bench's own output. Long (a few minutes); not a test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-/tmp}
+tern=${TERN:-target/release/tern}
+duration=${DURATION:-15s}
+command -v fio > /dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 2; }
+work=$(mktemp -d "$dir/tern-flash-reads.XXXXXX")
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2> /dev/null; rm -rf "$work"' EXIT
+
+fio_run() { # depth
+  fio --name=randread --filename="$work/fio.dat" --size=4G --rw=randread --bs=4k --direct=1 \
+    --ioengine=io_uring --iodepth="$1" --numjobs=1 --time_based --runtime="${duration%s}" \
+    --output-format=json | python3 -c '
+import json, sys
+job = json.load(sys.stdin)["jobs"][0]["read"]
+p = job["clat_ns"]["percentile"]
+print("iops %.0f p50_us %.0f p99_us %.0f" % (job["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3))'
+}
+
+echo "== fio, $dir, $(date -u +%Y-%m-%dT%H:%MZ)"
+fio1=$(fio_run 1); echo "depth 1:  $fio1"
+fio32=$(fio_run 32); echo "depth 32: $fio32"
+rm -f "$work/fio.dat"
+iops1=$(echo "$fio1" | awk '{print $2}')
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$tern" serve -l 127.0.0.1 -p "$port" -t 1 -m 64 -o "ext_path=$work/flash:4g,ext_threads=2" \
+  > "$work/log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.1; done
+bench=("$tern" bench -s "127.0.0.1:$port" --key-space-factor 16 -v 3500 -m get:1 --seed 1)
+echo "== tern ($("$tern" --version)), open loop at 70 % of fio's depth-1 IOPS"
+"${bench[@]}" --preload-rate 20000 --settle 60s -c 8 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
+echo "== tern, closed loop, 32 connections"
+"${bench[@]}" --no-preload -c 32 -d "$duration"
