@@ -139,10 +139,17 @@ impl<'a> Ops<'a> {
     }
 
     /// Asks for the flash reads the deferred requests need; this worker wakes as they land.
-    pub fn ask_flash_reads(&self) {
-        if let Some(wake) = self.worker.flash_waker.get() {
-            self.store().ask_deferred(wake);
+    pub fn ask_flash_reads(&self) -> Vec<u64> {
+        match self.worker.flash_waker.get() {
+            Some(wake) => self.store().ask_deferred(wake),
+            None => Vec::new(),
         }
+    }
+
+    /// Whether a connection waiting for the flash reads `asked` should run again now (see
+    /// `Store::flash_ready`).
+    pub fn flash_ready(&self, asked: &[u64]) -> bool {
+        self.store().flash_ready(asked)
     }
 
     /// Notes `key`'s flash read too, when its item is on flash, so that it goes with the

@@ -68,8 +68,9 @@ pub struct Conn {
     close_reason: CloseReason,
     /// A get stopped between its keys waits at `rstart`: it is finished before a close.
     resuming: bool,
-    /// Its next request waits for flash reads: the worker drives it again when one lands.
-    awaiting_flash: bool,
+    /// Its next request waits for flash reads: those asked for (the worker drives it again
+    /// once one has landed); empty when it waits for none.
+    awaiting_flash: Vec<u64>,
     /// When the batch whose request waits for flash began: that request's latency counts
     /// from there, its wait included.
     waiting_since: Option<u64>,
@@ -192,7 +193,7 @@ impl Conn {
             close_after_write: false,
             close_reason: CloseReason::Normal,
             resuming: false,
-            awaiting_flash: false,
+            awaiting_flash: Vec::new(),
             waiting_since: None,
             peer_closed: false,
             queued: false,
@@ -253,7 +254,12 @@ impl Conn {
     /// A get stopped between its keys is still to finish.
     /// Whether the connection waits for flash reads (see `Progress::awaiting_flash`).
     pub fn awaiting_flash(&self) -> bool {
-        self.awaiting_flash
+        !self.awaiting_flash.is_empty()
+    }
+
+    /// Whether a connection waiting for flash reads should be driven again now.
+    pub fn flash_ready(&self, ops: &Ops<'_>) -> bool {
+        ops.flash_ready(&self.awaiting_flash)
     }
 
     pub fn resuming(&self) -> bool {
@@ -328,7 +334,7 @@ impl Conn {
                 return Drive::Close;
             }
         }
-        if self.close_after_write && !self.resuming && !self.awaiting_flash {
+        if self.close_after_write && !self.resuming && !self.awaiting_flash() {
             return if self.has_unsent() {
                 Drive::Open { again: false }
             } else {
@@ -367,7 +373,7 @@ impl Conn {
         let started = self.waiting_since.take().or(started);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits, pool);
-        if self.awaiting_flash {
+        if self.awaiting_flash() {
             self.waiting_since = started;
         }
         let flushed = served.is_some() && self.flush(ops).is_ok();
@@ -379,7 +385,7 @@ impl Conn {
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
         };
-        let unfinished = self.resuming || self.awaiting_flash;
+        let unfinished = self.resuming || self.awaiting_flash();
         if (self.close_after_write && !unfinished) || (self.peer_closed && !yielded && !unfinished)
         {
             // memcached closes on EOF; what the client sent before it is answered first.
@@ -580,9 +586,9 @@ impl Conn {
             Protocol::Binary => binary::serve(ops, input, budget, &mut out),
             _ => text::serve(ops, input, budget, limits.max_line, &mut out),
         };
-        self.awaiting_flash = progress.awaiting_flash;
+        self.awaiting_flash.clear();
         if progress.awaiting_flash {
-            Self::ask_flash_reads(ops);
+            self.awaiting_flash = Self::ask_flash_reads(ops);
         }
         self.rstart += progress.consumed;
         self.resuming = progress.resume.is_some();
@@ -630,8 +636,8 @@ impl Conn {
     /// Asks for the flash reads the requests just deferred need: off the request path.
     #[cold]
     #[inline(never)]
-    fn ask_flash_reads(ops: &Ops<'_>) {
-        ops.ask_flash_reads();
+    fn ask_flash_reads(ops: &Ops<'_>) -> Vec<u64> {
+        ops.ask_flash_reads()
     }
 
     /// Writes queued replies until done or the socket is full.

@@ -108,9 +108,11 @@ impl FlashGeometry {
     }
 }
 
-/// Bytes in memory aligned to a page, as O_DIRECT wants them: an anonymous mapping.
+/// Bytes in memory aligned to a block, as O_DIRECT wants them, zeroed: from the allocator
+/// (a read's 4 KiB buffer costs no system call; a write buffer's megabytes come from a mapping
+/// all the same).
 pub(crate) struct AlignedBuf {
-    ptr: *mut u8,
+    ptr: std::ptr::NonNull<u8>,
     len: usize,
 }
 
@@ -122,46 +124,38 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     pub(crate) fn new(len: usize) -> std::io::Result<AlignedBuf> {
         let len = len.max(BLOCK).next_multiple_of(BLOCK);
-        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(AlignedBuf {
-            ptr: ptr.cast(),
-            len,
-        })
+        // SAFETY: the layout has a non-zero size (at least a block).
+        let ptr = unsafe { std::alloc::alloc_zeroed(Self::layout(len)) };
+        let ptr = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        Ok(AlignedBuf { ptr, len })
+    }
+
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len, BLOCK).expect("a block-aligned size")
     }
 }
 
 impl std::ops::Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: `len` bytes mapped readable for the buffer's life.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        // SAFETY: `len` bytes allocated (and zeroed) for the buffer's life.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as for `deref`, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no slice outlives `self`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        // SAFETY: frees exactly the allocation made in `new`, with its layout; no slice
+        // outlives `self`.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
     }
 }
 
@@ -289,8 +283,10 @@ pub type FlashWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 struct Reads {
     /// Locations to read, each with who to wake, in the order asked.
     queue: VecDeque<(u64, Vec<FlashWaker>)>,
-    /// What reading each location came to, oldest first; at most [`LANDED_MAX`].
-    landed: VecDeque<(u64, std::io::Result<ReadOutcome>)>,
+    /// What reading each location came to; at most [`LANDED_MAX`], the oldest dropped first
+    /// (`landed_order`, where a location taken since is skipped).
+    landed: std::collections::HashMap<u64, std::io::Result<ReadOutcome>>,
+    landed_order: VecDeque<u64>,
 }
 
 /// Records read and not yet taken, at most: a worker that asked and then lost its client
@@ -1012,29 +1008,45 @@ impl Flash {
     /// each has landed; a location queued already just gains the waker.
     pub(crate) fn ask(&self, locations: &[u64], wake: &FlashWaker) {
         let mut reads = self.reads.lock();
+        let mut queued = false;
         for &location in locations {
             if let Some((_, wakers)) = reads.queue.iter_mut().find(|(l, _)| *l == location) {
-                wakers.push(wake.clone());
-            } else if reads.landed.iter().any(|(l, _)| *l == location) {
+                if !wakers.iter().any(|w| Arc::ptr_eq(w, wake)) {
+                    wakers.push(wake.clone());
+                }
+            } else if reads.landed.contains_key(&location) {
                 // Read already: the asker runs again at once.
                 wake();
             } else {
                 reads.queue.push_back((location, vec![wake.clone()]));
+                queued = true;
             }
         }
         drop(reads);
-        self.read_queued.notify_one();
+        // An I/O thread is woken only for a read not asked for already (a wake is a system
+        // call, and a worker may ask again for reads still queued).
+        if queued {
+            self.read_queued.notify_one();
+        }
+    }
+
+    /// Whether one of `asked` has landed, or none of them is still queued (read, and taken or
+    /// dropped since).
+    pub(crate) fn ready(&self, asked: &[u64]) -> bool {
+        let reads = self.reads.lock();
+        asked.iter().any(|l| reads.landed.contains_key(l))
+            || !asked
+                .iter()
+                .any(|l| reads.queue.iter().any(|(queued, _)| queued == l))
     }
 
     pub(crate) fn is_landed(&self, location: u64) -> bool {
-        self.reads.lock().landed.iter().any(|(l, _)| *l == location)
+        self.reads.lock().landed.contains_key(&location)
     }
 
     /// What reading `location` came to, taken.
     pub(crate) fn take_landed(&self, location: u64) -> Option<std::io::Result<ReadOutcome>> {
-        let mut reads = self.reads.lock();
-        let at = reads.landed.iter().position(|(l, _)| *l == location)?;
-        reads.landed.remove(at).map(|(_, record)| record)
+        self.reads.lock().landed.remove(&location)
     }
 
     /// Waits up to `wait` for reads to be asked for, then reads every one queued, landing
@@ -1051,16 +1063,39 @@ impl Flash {
             .iter()
             .map(|(location, _)| self.geometry.addr_of(*location))
             .collect();
-        for ((location, wakers), read) in batch.into_iter().zip(self.read_batch(&addrs)) {
+        let results = self.read_batch(&addrs);
+        // Each asker is woken once for the whole batch (a wake is a system call).
+        let mut woken: Vec<FlashWaker> = Vec::new();
+        {
             let mut reads = self.reads.lock();
-            if reads.landed.len() == LANDED_MAX {
-                reads.landed.pop_front();
+            for ((location, wakers), read) in batch.into_iter().zip(results) {
+                while reads.landed.len() >= LANDED_MAX {
+                    let Some(oldest) = reads.landed_order.pop_front() else {
+                        break;
+                    };
+                    reads.landed.remove(&oldest);
+                }
+                if reads.landed.insert(location, read).is_none() {
+                    reads.landed_order.push_back(location);
+                }
+                for wake in wakers {
+                    if !woken.iter().any(|w| std::sync::Arc::ptr_eq(w, &wake)) {
+                        woken.push(wake);
+                    }
+                }
             }
-            reads.landed.push_back((location, read));
-            drop(reads);
-            for wake in wakers {
-                wake();
+            // Locations taken since they landed leave the order list too, now and then.
+            if reads.landed_order.len() > 2 * LANDED_MAX {
+                let Reads {
+                    landed,
+                    landed_order,
+                    ..
+                } = &mut *reads;
+                landed_order.retain(|l| landed.contains_key(l));
             }
+        }
+        for wake in woken {
+            wake();
         }
     }
 

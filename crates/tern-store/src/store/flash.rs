@@ -86,11 +86,21 @@ impl Store {
         self.flash.is_some() && DEFERRED.with_borrow(|deferred| !deferred.is_empty())
     }
 
-    /// Queues the reads this thread's commands deferred; `wake` is called as each lands.
-    pub fn ask_deferred(&self, wake: &FlashWaker) {
-        let Some(flash) = &self.flash else { return };
+    /// Queues the reads this thread's commands deferred; `wake` is called once a batch of
+    /// them has landed. Returns what was asked for, for `flash_ready`.
+    pub fn ask_deferred(&self, wake: &FlashWaker) -> Vec<u64> {
+        let Some(flash) = &self.flash else {
+            return Vec::new();
+        };
         let locations = DEFERRED.take();
         flash.ask(&locations, wake);
+        locations
+    }
+
+    /// Whether a command waiting for the reads `asked` (what `ask_deferred` returned) should
+    /// run again now: one of them has landed, or none is waiting to be read any more.
+    pub fn flash_ready(&self, asked: &[u64]) -> bool {
+        self.flash.as_ref().is_none_or(|flash| flash.ready(asked))
     }
 
     /// Defers `key`'s read too when its item is on flash and not read yet, so that a

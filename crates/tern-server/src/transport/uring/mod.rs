@@ -616,7 +616,18 @@ impl Engine {
         if self.events.iter().any(|e| e.token() == WAKER) {
             // A flash read landed (or the main thread called): the connections that wait
             // for one run their request again (one still unread waits again).
-            for idx in std::mem::take(&mut self.awaiting_flash) {
+            let ops = Ops::new(&self.shared, self.id);
+            let (ready, waiting): (Vec<usize>, Vec<usize>) =
+                std::mem::take(&mut self.awaiting_flash)
+                    .into_iter()
+                    .partition(|&idx| {
+                        self.slots
+                            .get(idx)
+                            .and_then(|slot| slot.conn.as_ref())
+                            .is_none_or(|conn| conn.flash_ready(&ops))
+                    });
+            self.awaiting_flash = waiting;
+            for idx in ready {
                 self.mark(idx);
             }
         }
