@@ -10,7 +10,8 @@
 # 2. tern with `-m 64` and a 4 GiB flash file in DIR, one worker thread and two flash I/O
 #    threads, holding 16 x -m of 3,500-byte values (one block each), preloaded at 20,000 sets/s
 #    (`tern bench --key-space-factor 16 --preload-rate 20000 --settle 60s`): then
-#    - open loop at 70 % of fio's depth-1 IOPS, 8 connections, uniform keys: throughput and
+#    - open loop at 70 % of fio's depth-1 IOPS, 64 connections (enough that none waits for
+#      another), uniform keys: throughput and
 #      latency (client side, so an upper bound of the server's), and the share of gets served
 #      from flash (tern bench's `server gets` line);
 #    - closed loop, 32 connections: the most it carries, against fio's depth-32 IOPS.
@@ -48,6 +49,6 @@ pid=$!
 for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.1; done
 bench=("$tern" bench -s "127.0.0.1:$port" --key-space-factor 16 -v 3500 -m get:1 --seed 1)
 echo "== tern ($("$tern" --version)), open loop at 70 % of fio's depth-1 IOPS"
-"${bench[@]}" --preload-rate 20000 --settle 60s -c 8 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
+"${bench[@]}" --preload-rate 20000 --settle 60s -c 64 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
 echo "== tern, closed loop, 32 connections"
 "${bench[@]}" --no-preload -c 32 -d "$duration"
