@@ -335,21 +335,27 @@ fn the_flash_threads_run_with_the_tier_and_stop_with_the_server() {
         server
             .connect()
             .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
-        let names = thread_names(server.pid());
-        let flash: Vec<&String> = names
-            .iter()
-            .filter(|n| n.starts_with("tern-flash"))
-            .collect();
-        // ext_threads I/O threads, and one for the background work.
+        // ext_threads I/O threads, and one for the background work. They start after the
+        // workers (which may serve first): the list is read until they are all there.
         let mut want: Vec<String> = (0..threads).map(|i| format!("tern-flash-io-{i}")).collect();
         if threads > 0 {
             want.push("tern-flash-work".into());
         }
-        assert_eq!(
-            flash,
-            want.iter().collect::<Vec<_>>(),
-            "{args:?}: {names:?}"
-        );
+        let flash_threads = || -> Vec<String> {
+            thread_names(server.pid())
+                .into_iter()
+                .filter(|n| n.starts_with("tern-flash"))
+                .collect()
+        };
+        let mut flash = flash_threads();
+        for _ in 0..200 {
+            if flash == want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            flash = flash_threads();
+        }
+        assert_eq!(flash, want, "{args:?}");
         server.signal("TERM");
         assert!(server.wait_exit().success(), "{args:?}");
     }

@@ -7,7 +7,7 @@ pub(crate) struct Counters {
     pub(crate) curr_items: u64,
     pub(crate) bytes: u64,
     pub(crate) item_bytes: u64,
-    /// Items in memory of at least the flash tier's starting `ext_item_size` (none without
+    /// Items in memory the flash tier would take by size (`Store::flash_sized`; none without
     /// one): what `stats items` reports apart, as memcached's larger slab classes.
     pub(crate) flash_sized: u64,
     pub(crate) total_items: u64,

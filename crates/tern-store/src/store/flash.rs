@@ -307,7 +307,7 @@ impl Store {
         let c = &mut sh.counters;
         c.bytes -= (h.key_len + h.value_len) as u64;
         c.item_bytes -= h.size() as u64;
-        c.flash_sized -= u64::from(h.size() >= self.flash_sized_from);
+        c.flash_sized -= u64::from(self.flash_sized(h.size()));
         true
     }
 

@@ -140,7 +140,7 @@ impl Store {
         c.curr_items += 1;
         c.bytes += written.data_len as u64;
         c.item_bytes += written.size as u64;
-        c.flash_sized += u64::from(written.size >= self.flash_sized_from);
+        c.flash_sized += u64::from(self.flash_sized(written.size));
     }
 
     /// Removes an item from the index and the counters. With `free_empty`, a sealed segment
@@ -193,7 +193,7 @@ impl Store {
         c.curr_items -= 1;
         c.bytes -= item.data_len as u64;
         c.item_bytes -= item.size as u64;
-        c.flash_sized -= u64::from(item.size >= self.flash_sized_from);
+        c.flash_sized -= u64::from(self.flash_sized(item.size));
         let unfetched = !fetched as u64;
         match cause {
             Cause::Gone => {}
@@ -233,6 +233,13 @@ impl Store {
             }
         }
         kept
+    }
+
+    /// Whether an item of `size` bytes is one the flash tier would take by size: at least its
+    /// starting `ext_item_size`, and not larger than a segment (a run stays in memory).
+    #[inline(always)]
+    pub(crate) fn flash_sized(&self, size: usize) -> bool {
+        size >= self.flash_sized_from && self.fits_segment(size)
     }
 
     /// Whether an item of `size` bytes goes to an ordinary segment (else a run).
