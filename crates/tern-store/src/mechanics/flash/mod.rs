@@ -26,138 +26,39 @@
 //! be written are read from memory. At most [`WRITE_BUFFERS`] buffers exist: when flash falls
 //! behind, an item that would go there is evicted as it would be without flash.
 
+//!
+//! Files here: `geometry` (an index entry on flash), `buf` (aligned buffers), `record` (the
+//! record format), `file` (opening a file), `io` (reads, batched, and the reads workers ask
+//! for), `save` (a warm restart); this one: the pages and the write buffers.
+
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::error::StoreError;
-use super::flash_config::{FlashConfig, FlashKnobs, FlashPageInfo};
+use crate::mechanics::error::StoreError;
+use crate::mechanics::flash_config::{FlashConfig, FlashKnobs, FlashPageInfo};
 
-/// Set in an index entry's location bits when the item is on flash.
-pub(crate) const FLASH_BIT: u64 = 1 << 39;
-/// Segments a heap may have when a flash tier is configured: their locations (segment + 1,
-/// above 20 offset bits) must leave [`FLASH_BIT`] clear.
-pub(crate) const MAX_RAM_SEGMENTS: usize = (1 << 19) - 2;
-/// Flash addresses are kept in units of this many bytes.
-const ALIGN: u64 = 8;
-/// The unit of a read: records of at most this size never straddle one.
-pub(crate) const BLOCK: usize = 4096;
-pub(crate) const RECORD_HEADER: usize = 12;
+mod buf;
+mod file;
+mod geometry;
+mod io;
+mod record;
+pub(crate) mod save;
+
+pub(crate) use buf::{AlignedBuf, BLOCK};
+use file::open_file;
+use geometry::ALIGN;
+pub(crate) use geometry::{is_flash, FlashGeometry, MAX_RAM_SEGMENTS};
+pub(crate) use record::{records_in, ReadOutcome, Record, RECORD_HEADER};
+
 /// Write buffers at most, those filling (one per bucket) included: a bound of
 /// `WRITE_BUFFERS * ext_wbuf_size` bytes outside `-m`.
 pub(crate) const WRITE_BUFFERS: usize = 5;
-
-#[inline(always)]
-pub(crate) fn is_flash(location: u64) -> bool {
-    location & FLASH_BIT != 0
-}
-
-/// How a flash address and check bits share an index entry's 39 location bits.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FlashGeometry {
-    addr_bits: u32,
-    check_bits: u32,
-}
-
-impl FlashGeometry {
-    fn of(total_bytes: u64) -> Result<FlashGeometry, StoreError> {
-        let units = total_bytes.div_ceil(ALIGN).max(2);
-        let addr_bits = 64 - (units - 1).leading_zeros();
-        if addr_bits > 39 {
-            return Err(StoreError::Flash(format!(
-                "ext_path: {total_bytes} bytes of flash is more than an index entry can address (4 TiB)"
-            )));
-        }
-        Ok(FlashGeometry {
-            addr_bits,
-            check_bits: 39 - addr_bits,
-        })
-    }
-
-    /// The location bits of an item at flash address `addr` whose key hashed to `hash`.
-    pub(crate) fn pack(&self, addr: u64, hash: u64) -> u64 {
-        FLASH_BIT | ((self.check_of(hash) as u64) << self.addr_bits) | (addr / ALIGN)
-    }
-
-    pub(crate) fn addr_of(&self, location: u64) -> u64 {
-        (location & ((1 << self.addr_bits) - 1)) * ALIGN
-    }
-
-    /// The check bits an entry for a key of this hash carries: bits 8 and up, clear of the
-    /// shard (the low bits) and of the tag (the top 24).
-    pub(crate) fn check_of(&self, hash: u64) -> u32 {
-        ((hash >> 8) & ((1u64 << self.check_bits) - 1)) as u32
-    }
-
-    /// Whether the entry at `location` may be the key of this hash.
-    pub(crate) fn may_be(&self, location: u64, hash: u64) -> bool {
-        is_flash(location)
-            && ((location >> self.addr_bits) & ((1u64 << self.check_bits) - 1)) as u32
-                == self.check_of(hash)
-    }
-
-    #[cfg(test)]
-    fn check_bits(&self) -> u32 {
-        self.check_bits
-    }
-}
-
-/// Bytes in memory aligned to a block, as O_DIRECT wants them, zeroed: from the allocator
-/// (a read's 4 KiB buffer costs no system call; a write buffer's megabytes come from a mapping
-/// all the same).
-pub(crate) struct AlignedBuf {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the buffer owns its mapping outright; access goes through &/&mut self.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: as above: shared access is read-only.
-unsafe impl Sync for AlignedBuf {}
-
-impl AlignedBuf {
-    pub(crate) fn new(len: usize) -> std::io::Result<AlignedBuf> {
-        let len = len.max(BLOCK).next_multiple_of(BLOCK);
-        // SAFETY: the layout has a non-zero size (at least a block).
-        let ptr = unsafe { std::alloc::alloc_zeroed(Self::layout(len)) };
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
-        Ok(AlignedBuf { ptr, len })
-    }
-
-    fn layout(len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(len, BLOCK).expect("a block-aligned size")
-    }
-}
-
-impl std::ops::Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `len` bytes allocated (and zeroed) for the buffer's life.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl std::ops::DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `deref`, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: frees exactly the allocation made in `new`, with its layout; no slice
-        // outlives `self`.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
-    }
-}
 
 const PAGE_FREE: u32 = 0;
 const PAGE_FILLING: u32 = 1;
@@ -294,15 +195,6 @@ struct Reads {
 /// blocks, 16 MiB at 4 KiB records, outside `-m`).
 const LANDED_MAX: usize = 4096;
 
-/// Reads one io_uring submission holds at most.
-const RING_ENTRIES: u32 = 64;
-
-thread_local! {
-    /// The I/O thread's ring for its batches (`None`: the kernel refused one).
-    static RING: std::cell::RefCell<Option<Option<io_uring::IoUring>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// The flash tier: its files, pages, buffers and counters.
 pub(crate) struct Flash {
     files: Vec<File>,
@@ -318,44 +210,6 @@ pub(crate) struct Flash {
     reads: Mutex<Reads>,
     /// Signalled when a read is queued.
     read_queued: parking_lot::Condvar,
-}
-
-/// The flash tier's bookkeeping as a warm restart saves it (`store/persist.rs` encodes it):
-/// the files it describes, each page's state, and the order of the free and full lists. Saved
-/// once every buffer is written (`Flash::write_all`), so the records it describes are on the
-/// files.
-#[derive(Debug, PartialEq)]
-pub(crate) struct SavedFlash {
-    pub(crate) files: Vec<(std::path::PathBuf, u64)>,
-    pub(crate) page_size: u64,
-    pub(crate) next_version: u64,
-    /// Per page: version, state, live, objects, fill, bucket, latest deadline.
-    pub(crate) pages: Vec<(u64, u32, u64, u64, u64, u32, u32)>,
-    pub(crate) free_pages: Vec<u32>,
-    pub(crate) full_pages: Vec<u32>,
-}
-
-/// A record read back from flash: the item's bytes.
-pub(crate) struct Record {
-    buf: AlignedBuf,
-    start: usize,
-    len: usize,
-}
-
-impl Record {
-    pub(crate) fn item(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
-    }
-}
-
-/// What reading a record found.
-pub(crate) enum ReadOutcome {
-    Record(Record),
-    /// The CRC did not match: damaged.
-    Bad,
-    /// The page's version did not match: a record from an earlier life of the page, whose
-    /// entry the page's live count no longer counts.
-    Stale,
 }
 
 impl Flash {
@@ -418,134 +272,6 @@ impl Flash {
             reads: Mutex::new(Reads::default()),
             read_queued: parking_lot::Condvar::new(),
         })
-    }
-
-    /// Seals the filling buffer and writes every sealed one, then syncs the files: a clean
-    /// stop's last writes, so that flash holds every record its index entries name.
-    pub(crate) fn write_all(&self) -> std::io::Result<()> {
-        self.seal_partial();
-        while self.write_one()? {}
-        // The pages left filling are full now: new records go to new pages after a restart.
-        {
-            let mut w = self.writer.lock();
-            for s in 0..Bucket::ALL.len() {
-                if let Some((page, _)) = w.streams[s].page.take() {
-                    self.pages[page as usize].state.store(PAGE_FULL, Relaxed);
-                    w.full_pages.push_back(page);
-                    self.free_if_empty(&mut w, page);
-                }
-            }
-        }
-        for file in &self.files {
-            file.sync_data()?;
-        }
-        Ok(())
-    }
-
-    /// The bookkeeping to save, after `write_all`; `paths` name the files as configured.
-    pub(crate) fn save(&self, config: &FlashConfig) -> SavedFlash {
-        let w = self.writer.lock();
-        SavedFlash {
-            files: config
-                .files
-                .iter()
-                .map(|f| (f.path.clone(), f.bytes))
-                .collect(),
-            page_size: self.page_size,
-            next_version: w.next_version,
-            pages: self
-                .pages
-                .iter()
-                .map(|p| {
-                    (
-                        p.version.load(Relaxed),
-                        p.state.load(Relaxed),
-                        p.live.load(Relaxed),
-                        p.objects.load(Relaxed),
-                        p.fill.load(Relaxed),
-                        p.bucket.load(Relaxed),
-                        p.max_expiry.load(Relaxed),
-                    )
-                })
-                .collect(),
-            free_pages: w.free_pages.iter().copied().collect(),
-            full_pages: w.full_pages.iter().copied().collect(),
-        }
-    }
-
-    /// Takes back the saved bookkeeping of these same files; the reason when it is not theirs
-    /// or does not hold together (the flash tier then starts empty).
-    pub(crate) fn restore(&self, config: &FlashConfig, saved: &SavedFlash) -> Result<(), String> {
-        let files: Vec<(std::path::PathBuf, u64)> = config
-            .files
-            .iter()
-            .map(|f| (f.path.clone(), f.bytes))
-            .collect();
-        if saved.files != files || saved.page_size != self.page_size {
-            return Err("the flash files or their page size changed since the stop".into());
-        }
-        let pages = self.pages.len();
-        if saved.pages.len() != pages
-            || saved.free_pages.len() + saved.full_pages.len() != pages
-            || saved
-                .free_pages
-                .iter()
-                .chain(&saved.full_pages)
-                .any(|&p| p as usize >= pages)
-        {
-            return Err("the saved flash pages do not match the files".into());
-        }
-        let mut seen = vec![false; pages];
-        for &p in saved.free_pages.iter().chain(&saved.full_pages) {
-            if std::mem::replace(&mut seen[p as usize], true) {
-                return Err("a flash page is listed twice".into());
-            }
-        }
-        let full = |p: usize| saved.full_pages.contains(&(p as u32));
-        for (p, &(version, state, live, objects, fill, _, _)) in saved.pages.iter().enumerate() {
-            if fill > self.page_size
-                || live > objects
-                || version >= saved.next_version
-                || (state == PAGE_FULL) != full(p)
-                || (state != PAGE_FULL && state != PAGE_FREE)
-            {
-                return Err("a saved flash page's bookkeeping is inconsistent".into());
-            }
-        }
-        for (meta, &(version, state, live, objects, fill, bucket, max_expiry)) in
-            self.pages.iter().zip(&saved.pages)
-        {
-            meta.max_expiry.store(max_expiry, Relaxed);
-            meta.version.store(version, Relaxed);
-            meta.state.store(state, Relaxed);
-            meta.live.store(live, Relaxed);
-            meta.objects.store(objects, Relaxed);
-            meta.fill.store(fill, Relaxed);
-            meta.bucket.store(bucket, Relaxed);
-        }
-        let mut w = self.writer.lock();
-        w.next_version = saved.next_version;
-        w.free_pages = saved.free_pages.iter().copied().collect();
-        w.full_pages = saved.full_pages.iter().copied().collect();
-        Ok(())
-    }
-
-    /// Whether an index entry restored from a save may point at `location`: a record in a
-    /// full page, where `write_all` left every record before the save.
-    pub(crate) fn holds(&self, location: u64) -> bool {
-        let addr = self.geometry.addr_of(location);
-        let page = (addr / self.page_size) as usize;
-        page < self.pages.len()
-            && self.pages[page].state.load(Relaxed) == PAGE_FULL
-            && addr % self.page_size < self.pages[page].fill.load(Relaxed)
-    }
-
-    /// Lets another process open the files (a hand-over's successor), after the last save.
-    pub(crate) fn unlock_files(&self) {
-        for file in &self.files {
-            // SAFETY: flock on a descriptor we own; no memory is passed.
-            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-        }
     }
 
     pub(crate) fn page_of(&self, addr: u64) -> u32 {
@@ -835,270 +561,6 @@ impl Flash {
         self.wbuf_size
     }
 
-    /// Reads the record at `addr`: from a buffer not yet written, else from its file with
-    /// one aligned read (two for a record larger than what the first brought).
-    pub(crate) fn read(&self, addr: u64) -> std::io::Result<ReadOutcome> {
-        let version = self.version_at(addr);
-        let block = addr - addr % BLOCK as u64;
-        let buf = match self.read_buffered(block, BLOCK)? {
-            Some(buf) => buf,
-            None => {
-                let mut buf = AlignedBuf::new(BLOCK)?;
-                let (file, at) = self.file_at(block);
-                file.read_exact_at(&mut buf[..BLOCK], at)?;
-                buf
-            }
-        };
-        self.finish_read(addr, version, buf)
-    }
-
-    /// The low 32 bits of the version of the page `addr` is in, as its records carry it.
-    fn version_at(&self, addr: u64) -> u32 {
-        self.pages[self.page_of(addr) as usize]
-            .version
-            .load(Relaxed) as u32
-    }
-
-    /// The record at `addr` from its first block (`buf`), read further when it is longer,
-    /// and checked against the page version taken before the read.
-    fn finish_read(
-        &self,
-        addr: u64,
-        version: u32,
-        mut buf: AlignedBuf,
-    ) -> std::io::Result<ReadOutcome> {
-        let block = addr - addr % BLOCK as u64;
-        let skip = (addr - block) as usize;
-        let len = u32::from_le_bytes(buf[skip + 4..skip + 8].try_into().expect("4 bytes")) as usize;
-        let end = skip + RECORD_HEADER + len;
-        if len == 0 || end > self.wbuf_size.max(BLOCK) + BLOCK {
-            return Ok(ReadOutcome::Stale);
-        }
-        if end > BLOCK {
-            let whole = end.next_multiple_of(BLOCK);
-            buf = match self.read_buffered(block, whole)? {
-                Some(buf) => buf,
-                None => {
-                    let mut buf = AlignedBuf::new(whole)?;
-                    let (file, at) = self.file_at(block);
-                    file.read_exact_at(&mut buf[..whole], at)?;
-                    buf
-                }
-            };
-        }
-        bump(&self.counters.objects_read, 1);
-        bump(&self.counters.bytes_read, (RECORD_HEADER + len) as u64);
-        Ok(check_record(buf, skip, version))
-    }
-
-    /// Reads the records at `addrs` with one io_uring submission where the kernel offers
-    /// io_uring (reads from buffers not yet written, and the rest of records longer than a
-    /// block, are served as `read` serves them), else one `pread` after another.
-    pub(crate) fn read_batch(&self, addrs: &[u64]) -> Vec<std::io::Result<ReadOutcome>> {
-        RING.with_borrow_mut(|ring| {
-            let ring = ring.get_or_insert_with(|| io_uring::IoUring::new(RING_ENTRIES).ok());
-            match ring {
-                Some(ring) => addrs
-                    .chunks(RING_ENTRIES as usize)
-                    .flat_map(|chunk| self.read_ring(ring, chunk))
-                    .collect(),
-                None => addrs.iter().map(|&addr| self.read(addr)).collect(),
-            }
-        })
-    }
-
-    fn read_ring(
-        &self,
-        ring: &mut io_uring::IoUring,
-        addrs: &[u64],
-    ) -> Vec<std::io::Result<ReadOutcome>> {
-        use io_uring::{opcode, types};
-        let mut results: Vec<Option<std::io::Result<ReadOutcome>>> =
-            addrs.iter().map(|_| None).collect();
-        let mut pending: Vec<(usize, u32, AlignedBuf)> = Vec::with_capacity(addrs.len());
-        for (i, &addr) in addrs.iter().enumerate() {
-            let version = self.version_at(addr);
-            let block = addr - addr % BLOCK as u64;
-            match self.read_buffered(block, BLOCK) {
-                Ok(Some(buf)) => results[i] = Some(self.finish_read(addr, version, buf)),
-                Ok(None) => match AlignedBuf::new(BLOCK) {
-                    Ok(buf) => pending.push((i, version, buf)),
-                    Err(e) => results[i] = Some(Err(e)),
-                },
-                Err(e) => results[i] = Some(Err(e)),
-            }
-        }
-        for (n, (i, _, buf)) in pending.iter_mut().enumerate() {
-            let block = addrs[*i] - addrs[*i] % BLOCK as u64;
-            let (file, at) = self.file_at(block);
-            let read =
-                opcode::Read::new(types::Fd(file.as_raw_fd()), buf.as_mut_ptr(), BLOCK as u32)
-                    .offset(at)
-                    .build()
-                    .user_data(n as u64);
-            // SAFETY: the buffer (`pending`, not touched until every completion is reaped
-            // below) and the file (`self`) outlive the read.
-            if unsafe { ring.submission().push(&read) }.is_err() {
-                unreachable!("a chunk holds at most the ring's entries");
-            }
-        }
-        let mut done = vec![None; pending.len()];
-        let mut reaped = 0;
-        while reaped < pending.len() {
-            if let Err(e) = ring.submit_and_wait(pending.len() - reaped) {
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                // Reads submitted may still be running: wait them out one by one.
-                for (i, _, _) in &pending {
-                    results[*i]
-                        .get_or_insert_with(|| Err(std::io::Error::new(e.kind(), e.to_string())));
-                }
-                while reaped < pending.len() {
-                    let _ = ring.submit_and_wait(1);
-                    reaped += ring.completion().count();
-                }
-                return results.into_iter().map(|r| r.expect("set")).collect();
-            }
-            for cqe in ring.completion() {
-                done[cqe.user_data() as usize] = Some(cqe.result());
-                reaped += 1;
-            }
-        }
-        for ((i, version, buf), res) in pending.into_iter().zip(done) {
-            let res = res.expect("every read reaped");
-            results[i] = Some(if res == BLOCK as i32 {
-                self.finish_read(addrs[i], version, buf)
-            } else if res < 0 {
-                Err(std::io::Error::from_raw_os_error(-res))
-            } else {
-                // A short read (past a file's end): what `read` makes of it.
-                self.read(addrs[i])
-            });
-        }
-        results.into_iter().map(|r| r.expect("set")).collect()
-    }
-
-    /// `len` bytes at `addr` if a buffer not yet written holds them.
-    fn read_buffered(&self, addr: u64, len: usize) -> std::io::Result<Option<AlignedBuf>> {
-        let w = self.writer.lock();
-        let within =
-            |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
-        let filling = w
-            .streams
-            .iter()
-            .filter_map(|s| s.filling.as_ref())
-            .find(|f| within(f.addr, self.wbuf_size))
-            .map(|f| &f.buf[(addr - f.addr) as usize..][..len]);
-        let source: Option<&[u8]> = filling.or_else(|| {
-            w.sealed
-                .iter()
-                .find(|s| within(s.addr, s.len))
-                .map(|s| &s.data[(addr - s.addr) as usize..][..len])
-        });
-        let Some(bytes) = source else {
-            return Ok(None);
-        };
-        let mut buf = AlignedBuf::new(len)?;
-        buf[..len].copy_from_slice(bytes);
-        Ok(Some(buf))
-    }
-
-    /// Queues reads of the records at `locations` (index entries), `wake` to be called once
-    /// each has landed; a location queued already just gains the waker.
-    pub(crate) fn ask(&self, locations: &[u64], wake: &FlashWaker) {
-        let mut reads = self.reads.lock();
-        let mut queued = false;
-        for &location in locations {
-            if let Some((_, wakers)) = reads.queue.iter_mut().find(|(l, _)| *l == location) {
-                if !wakers.iter().any(|w| Arc::ptr_eq(w, wake)) {
-                    wakers.push(wake.clone());
-                }
-            } else if reads.landed.contains_key(&location) {
-                // Read already: the asker runs again at once.
-                wake();
-            } else {
-                reads.queue.push_back((location, vec![wake.clone()]));
-                queued = true;
-            }
-        }
-        drop(reads);
-        // An I/O thread is woken only for a read not asked for already (a wake is a system
-        // call, and a worker may ask again for reads still queued).
-        if queued {
-            self.read_queued.notify_one();
-        }
-    }
-
-    /// Whether one of `asked` has landed, or none of them is still queued (read, and taken or
-    /// dropped since).
-    pub(crate) fn ready(&self, asked: &[u64]) -> bool {
-        let reads = self.reads.lock();
-        asked.iter().any(|l| reads.landed.contains_key(l))
-            || !asked
-                .iter()
-                .any(|l| reads.queue.iter().any(|(queued, _)| queued == l))
-    }
-
-    pub(crate) fn is_landed(&self, location: u64) -> bool {
-        self.reads.lock().landed.contains_key(&location)
-    }
-
-    /// What reading `location` came to, taken.
-    pub(crate) fn take_landed(&self, location: u64) -> Option<std::io::Result<ReadOutcome>> {
-        self.reads.lock().landed.remove(&location)
-    }
-
-    /// Waits up to `wait` for reads to be asked for, then reads every one queued, landing
-    /// what each came to and waking their askers.
-    pub(crate) fn serve_reads(&self, wait: std::time::Duration) {
-        let batch: Vec<(u64, Vec<FlashWaker>)> = {
-            let mut reads = self.reads.lock();
-            if reads.queue.is_empty() {
-                self.read_queued.wait_for(&mut reads, wait);
-            }
-            reads.queue.drain(..).collect()
-        };
-        let addrs: Vec<u64> = batch
-            .iter()
-            .map(|(location, _)| self.geometry.addr_of(*location))
-            .collect();
-        let results = self.read_batch(&addrs);
-        // Each asker is woken once for the whole batch (a wake is a system call).
-        let mut woken: Vec<FlashWaker> = Vec::new();
-        {
-            let mut reads = self.reads.lock();
-            for ((location, wakers), read) in batch.into_iter().zip(results) {
-                while reads.landed.len() >= LANDED_MAX {
-                    let Some(oldest) = reads.landed_order.pop_front() else {
-                        break;
-                    };
-                    reads.landed.remove(&oldest);
-                }
-                if reads.landed.insert(location, read).is_none() {
-                    reads.landed_order.push_back(location);
-                }
-                for wake in wakers {
-                    if !woken.iter().any(|w| std::sync::Arc::ptr_eq(w, &wake)) {
-                        woken.push(wake);
-                    }
-                }
-            }
-            // Locations taken since they landed leave the order list too, now and then.
-            if reads.landed_order.len() > 2 * LANDED_MAX {
-                let Reads {
-                    landed,
-                    landed_order,
-                    ..
-                } = &mut *reads;
-                landed_order.retain(|l| landed.contains_key(l));
-            }
-        }
-        for wake in woken {
-            wake();
-        }
-    }
-
     pub(crate) fn page_info(&self) -> Vec<FlashPageInfo> {
         self.pages
             .iter()
@@ -1128,85 +590,6 @@ impl Flash {
     fn is_full(&self, page: u32) -> bool {
         self.pages[page as usize].state.load(Relaxed) == PAGE_FULL
     }
-}
-
-/// The record at `skip` in `buf`, if its CRC and version hold.
-fn check_record(buf: AlignedBuf, skip: usize, version: u32) -> ReadOutcome {
-    let header = &buf[skip..skip + RECORD_HEADER];
-    let crc = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
-    let stored_version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-    let end = skip + RECORD_HEADER + len;
-    if end > buf.len() || crc32fast::hash(&buf[skip + 4..end]) != crc {
-        return ReadOutcome::Bad;
-    }
-    if stored_version != version {
-        return ReadOutcome::Stale;
-    }
-    ReadOutcome::Record(Record {
-        buf,
-        start: skip + RECORD_HEADER,
-        len,
-    })
-}
-
-/// The records of a page's chunk read back: `(offset in chunk, item bytes)` of each whose
-/// CRC and version hold.
-pub(crate) fn records_in(chunk: &[u8], version: u32) -> impl Iterator<Item = (usize, &[u8])> {
-    let mut at = 0;
-    std::iter::from_fn(move || loop {
-        if at + RECORD_HEADER > chunk.len() {
-            return None;
-        }
-        let len = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-        if len == 0 {
-            at = (at + 1).next_multiple_of(BLOCK);
-            continue;
-        }
-        let start = at;
-        let end = at + RECORD_HEADER + len;
-        if end > chunk.len() {
-            return None;
-        }
-        at = end.next_multiple_of(ALIGN as usize);
-        let crc = u32::from_le_bytes(chunk[start..start + 4].try_into().expect("4 bytes"));
-        let stored_version =
-            u32::from_le_bytes(chunk[start + 8..start + 12].try_into().expect("4 bytes"));
-        if stored_version == version && crc32fast::hash(&chunk[start + 4..end]) == crc {
-            return Some((start, &chunk[start + RECORD_HEADER..end]));
-        }
-    })
-}
-
-/// Opens (creating and sizing) a flash file, O_DIRECT where the file system allows it, and
-/// locks it so that a second server cannot use it.
-fn open_file(path: &std::path::Path, bytes: u64) -> Result<File, StoreError> {
-    let fail = |what: &str, e: std::io::Error| {
-        StoreError::Flash(format!("ext_path {}: {what}: {e}", path.display()))
-    };
-    let open = |direct: bool| {
-        let mut options = OpenOptions::new();
-        options.read(true).write(true).create(true).truncate(false);
-        if direct {
-            options.custom_flags(libc::O_DIRECT);
-        }
-        options.open(path)
-    };
-    // tmpfs and some others refuse O_DIRECT: the page cache serves reads there.
-    let file = match open(true) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false),
-        other => other,
-    }
-    .map_err(|e| fail("cannot open", e))?;
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(fail(
-            "in use by another process",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    file.set_len(bytes).map_err(|e| fail("cannot size", e))?;
-    Ok(file)
 }
 
 #[cfg(test)]
@@ -1352,19 +735,6 @@ mod tests {
         });
         assert!(matches!(second, Err(StoreError::Flash(m)) if m.contains("in use")));
         std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn entries_carry_the_address_and_the_spare_bits_of_the_hash() {
-        let g = FlashGeometry::of(4 << 30).unwrap();
-        assert_eq!(g.check_bits(), 10);
-        let hash = 0x1234_5678_9abc_def0;
-        let packed = g.pack(4096 * 77 + 24, hash);
-        assert!(is_flash(packed) && packed < 1 << 40);
-        assert_eq!(g.addr_of(packed), 4096 * 77 + 24);
-        assert!(g.may_be(packed, hash));
-        assert!(!g.may_be(packed, hash ^ (1 << 8)));
-        assert!(FlashGeometry::of(8 << 40).is_err());
     }
 
     #[test]

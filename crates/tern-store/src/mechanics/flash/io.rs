@@ -1,0 +1,287 @@
+//! Reading records: from a buffer not yet written or from the files, one at a time or a batch
+//! through io_uring; and the reads workers ask for, served by the I/O threads and landed for
+//! the commands' second runs.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::buf::{AlignedBuf, BLOCK};
+use super::record::{check_record, ReadOutcome, RECORD_HEADER};
+use super::{bump, Flash, FlashWaker, Reads, LANDED_MAX};
+
+/// Reads one io_uring submission holds at most.
+const RING_ENTRIES: u32 = 64;
+
+thread_local! {
+    /// The I/O thread's ring for its batches (`None`: the kernel refused one).
+    static RING: std::cell::RefCell<Option<Option<io_uring::IoUring>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl Flash {
+    /// Reads the record at `addr`: from a buffer not yet written, else from its file with
+    /// one aligned read (two for a record larger than what the first brought).
+    pub(crate) fn read(&self, addr: u64) -> std::io::Result<ReadOutcome> {
+        let version = self.version_at(addr);
+        let block = addr - addr % BLOCK as u64;
+        let buf = match self.read_buffered(block, BLOCK)? {
+            Some(buf) => buf,
+            None => {
+                let mut buf = AlignedBuf::new(BLOCK)?;
+                let (file, at) = self.file_at(block);
+                file.read_exact_at(&mut buf[..BLOCK], at)?;
+                buf
+            }
+        };
+        self.finish_read(addr, version, buf)
+    }
+
+    /// The low 32 bits of the version of the page `addr` is in, as its records carry it.
+    fn version_at(&self, addr: u64) -> u32 {
+        self.pages[self.page_of(addr) as usize]
+            .version
+            .load(Relaxed) as u32
+    }
+
+    /// The record at `addr` from its first block (`buf`), read further when it is longer,
+    /// and checked against the page version taken before the read.
+    fn finish_read(
+        &self,
+        addr: u64,
+        version: u32,
+        mut buf: AlignedBuf,
+    ) -> std::io::Result<ReadOutcome> {
+        let block = addr - addr % BLOCK as u64;
+        let skip = (addr - block) as usize;
+        let len = u32::from_le_bytes(buf[skip + 4..skip + 8].try_into().expect("4 bytes")) as usize;
+        let end = skip + RECORD_HEADER + len;
+        if len == 0 || end > self.wbuf_size.max(BLOCK) + BLOCK {
+            return Ok(ReadOutcome::Stale);
+        }
+        if end > BLOCK {
+            let whole = end.next_multiple_of(BLOCK);
+            buf = match self.read_buffered(block, whole)? {
+                Some(buf) => buf,
+                None => {
+                    let mut buf = AlignedBuf::new(whole)?;
+                    let (file, at) = self.file_at(block);
+                    file.read_exact_at(&mut buf[..whole], at)?;
+                    buf
+                }
+            };
+        }
+        bump(&self.counters.objects_read, 1);
+        bump(&self.counters.bytes_read, (RECORD_HEADER + len) as u64);
+        Ok(check_record(buf, skip, version))
+    }
+
+    /// Reads the records at `addrs` with one io_uring submission where the kernel offers
+    /// io_uring (reads from buffers not yet written, and the rest of records longer than a
+    /// block, are served as `read` serves them), else one `pread` after another.
+    pub(crate) fn read_batch(&self, addrs: &[u64]) -> Vec<std::io::Result<ReadOutcome>> {
+        RING.with_borrow_mut(|ring| {
+            let ring = ring.get_or_insert_with(|| io_uring::IoUring::new(RING_ENTRIES).ok());
+            match ring {
+                Some(ring) => addrs
+                    .chunks(RING_ENTRIES as usize)
+                    .flat_map(|chunk| self.read_ring(ring, chunk))
+                    .collect(),
+                None => addrs.iter().map(|&addr| self.read(addr)).collect(),
+            }
+        })
+    }
+
+    fn read_ring(
+        &self,
+        ring: &mut io_uring::IoUring,
+        addrs: &[u64],
+    ) -> Vec<std::io::Result<ReadOutcome>> {
+        use io_uring::{opcode, types};
+        let mut results: Vec<Option<std::io::Result<ReadOutcome>>> =
+            addrs.iter().map(|_| None).collect();
+        let mut pending: Vec<(usize, u32, AlignedBuf)> = Vec::with_capacity(addrs.len());
+        for (i, &addr) in addrs.iter().enumerate() {
+            let version = self.version_at(addr);
+            let block = addr - addr % BLOCK as u64;
+            match self.read_buffered(block, BLOCK) {
+                Ok(Some(buf)) => results[i] = Some(self.finish_read(addr, version, buf)),
+                Ok(None) => match AlignedBuf::new(BLOCK) {
+                    Ok(buf) => pending.push((i, version, buf)),
+                    Err(e) => results[i] = Some(Err(e)),
+                },
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        for (n, (i, _, buf)) in pending.iter_mut().enumerate() {
+            let block = addrs[*i] - addrs[*i] % BLOCK as u64;
+            let (file, at) = self.file_at(block);
+            let read =
+                opcode::Read::new(types::Fd(file.as_raw_fd()), buf.as_mut_ptr(), BLOCK as u32)
+                    .offset(at)
+                    .build()
+                    .user_data(n as u64);
+            // SAFETY: the buffer (`pending`, not touched until every completion is reaped
+            // below) and the file (`self`) outlive the read.
+            if unsafe { ring.submission().push(&read) }.is_err() {
+                unreachable!("a chunk holds at most the ring's entries");
+            }
+        }
+        let mut done = vec![None; pending.len()];
+        let mut reaped = 0;
+        while reaped < pending.len() {
+            if let Err(e) = ring.submit_and_wait(pending.len() - reaped) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // Reads submitted may still be running: wait them out one by one.
+                for (i, _, _) in &pending {
+                    results[*i]
+                        .get_or_insert_with(|| Err(std::io::Error::new(e.kind(), e.to_string())));
+                }
+                while reaped < pending.len() {
+                    let _ = ring.submit_and_wait(1);
+                    reaped += ring.completion().count();
+                }
+                return results.into_iter().map(|r| r.expect("set")).collect();
+            }
+            for cqe in ring.completion() {
+                done[cqe.user_data() as usize] = Some(cqe.result());
+                reaped += 1;
+            }
+        }
+        for ((i, version, buf), res) in pending.into_iter().zip(done) {
+            let res = res.expect("every read reaped");
+            results[i] = Some(if res == BLOCK as i32 {
+                self.finish_read(addrs[i], version, buf)
+            } else if res < 0 {
+                Err(std::io::Error::from_raw_os_error(-res))
+            } else {
+                // A short read (past a file's end): what `read` makes of it.
+                self.read(addrs[i])
+            });
+        }
+        results.into_iter().map(|r| r.expect("set")).collect()
+    }
+
+    /// `len` bytes at `addr` if a buffer not yet written holds them.
+    fn read_buffered(&self, addr: u64, len: usize) -> std::io::Result<Option<AlignedBuf>> {
+        let w = self.writer.lock();
+        let within =
+            |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
+        let filling = w
+            .streams
+            .iter()
+            .filter_map(|s| s.filling.as_ref())
+            .find(|f| within(f.addr, self.wbuf_size))
+            .map(|f| &f.buf[(addr - f.addr) as usize..][..len]);
+        let source: Option<&[u8]> = filling.or_else(|| {
+            w.sealed
+                .iter()
+                .find(|s| within(s.addr, s.len))
+                .map(|s| &s.data[(addr - s.addr) as usize..][..len])
+        });
+        let Some(bytes) = source else {
+            return Ok(None);
+        };
+        let mut buf = AlignedBuf::new(len)?;
+        buf[..len].copy_from_slice(bytes);
+        Ok(Some(buf))
+    }
+
+    /// Queues reads of the records at `locations` (index entries), `wake` to be called once
+    /// each has landed; a location queued already just gains the waker.
+    pub(crate) fn ask(&self, locations: &[u64], wake: &FlashWaker) {
+        let mut reads = self.reads.lock();
+        let mut queued = false;
+        for &location in locations {
+            if let Some((_, wakers)) = reads.queue.iter_mut().find(|(l, _)| *l == location) {
+                if !wakers.iter().any(|w| Arc::ptr_eq(w, wake)) {
+                    wakers.push(wake.clone());
+                }
+            } else if reads.landed.contains_key(&location) {
+                // Read already: the asker runs again at once.
+                wake();
+            } else {
+                reads.queue.push_back((location, vec![wake.clone()]));
+                queued = true;
+            }
+        }
+        drop(reads);
+        // An I/O thread is woken only for a read not asked for already (a wake is a system
+        // call, and a worker may ask again for reads still queued).
+        if queued {
+            self.read_queued.notify_one();
+        }
+    }
+
+    /// Whether one of `asked` has landed, or none of them is still queued (read, and taken or
+    /// dropped since).
+    pub(crate) fn ready(&self, asked: &[u64]) -> bool {
+        let reads = self.reads.lock();
+        asked.iter().any(|l| reads.landed.contains_key(l))
+            || !asked
+                .iter()
+                .any(|l| reads.queue.iter().any(|(queued, _)| queued == l))
+    }
+
+    pub(crate) fn is_landed(&self, location: u64) -> bool {
+        self.reads.lock().landed.contains_key(&location)
+    }
+
+    /// What reading `location` came to, taken.
+    pub(crate) fn take_landed(&self, location: u64) -> Option<std::io::Result<ReadOutcome>> {
+        self.reads.lock().landed.remove(&location)
+    }
+
+    /// Waits up to `wait` for reads to be asked for, then reads every one queued, landing
+    /// what each came to and waking their askers.
+    pub(crate) fn serve_reads(&self, wait: std::time::Duration) {
+        let batch: Vec<(u64, Vec<FlashWaker>)> = {
+            let mut reads = self.reads.lock();
+            if reads.queue.is_empty() {
+                self.read_queued.wait_for(&mut reads, wait);
+            }
+            reads.queue.drain(..).collect()
+        };
+        let addrs: Vec<u64> = batch
+            .iter()
+            .map(|(location, _)| self.geometry.addr_of(*location))
+            .collect();
+        let results = self.read_batch(&addrs);
+        // Each asker is woken once for the whole batch (a wake is a system call).
+        let mut woken: Vec<FlashWaker> = Vec::new();
+        {
+            let mut reads = self.reads.lock();
+            for ((location, wakers), read) in batch.into_iter().zip(results) {
+                while reads.landed.len() >= LANDED_MAX {
+                    let Some(oldest) = reads.landed_order.pop_front() else {
+                        break;
+                    };
+                    reads.landed.remove(&oldest);
+                }
+                if reads.landed.insert(location, read).is_none() {
+                    reads.landed_order.push_back(location);
+                }
+                for wake in wakers {
+                    if !woken.iter().any(|w| std::sync::Arc::ptr_eq(w, &wake)) {
+                        woken.push(wake);
+                    }
+                }
+            }
+            // Locations taken since they landed leave the order list too, now and then.
+            if reads.landed_order.len() > 2 * LANDED_MAX {
+                let Reads {
+                    landed,
+                    landed_order,
+                    ..
+                } = &mut *reads;
+                landed_order.retain(|l| landed.contains_key(l));
+            }
+        }
+        for wake in woken {
+            wake();
+        }
+    }
+}
