@@ -29,8 +29,8 @@ impl Drop for Dir {
 }
 
 /// A 4 MiB heap in front of `flash_mib` of flash in 1 MiB pages.
-fn flash_store(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Store {
-    store_with(Config {
+fn flash_config(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Config {
+    Config {
         heap_bytes: 4 << 20,
         shards: 4,
         flash: Some(FlashConfig {
@@ -44,7 +44,11 @@ fn flash_store(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Store {
             knobs,
         }),
         ..Config::default()
-    })
+    }
+}
+
+fn flash_store(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Store {
+    store_with(flash_config(dir, flash_mib, knobs))
 }
 
 fn knobs() -> FlashSettings {
@@ -374,27 +378,9 @@ fn a_thread_that_defers_reads_never_waits_for_flash() {
     assert_eq!(get(&s, &key(30)), None);
 }
 
-fn flash_config(dir: &Dir, flash_mib: u64) -> Config {
-    Config {
-        heap_bytes: 4 << 20,
-        shards: 4,
-        flash: Some(FlashConfig {
-            files: vec![FlashFile {
-                path: dir.0.join("flash"),
-                bytes: flash_mib << 20,
-            }],
-            page_size: 1 << 20,
-            wbuf_size: 256 << 10,
-            io_threads: 1,
-            knobs: knobs(),
-        }),
-        ..Config::default()
-    }
-}
-
 fn open(dir: &Dir, saved: Option<&[u8]>) -> (Store, tern_store::Opened) {
     Store::open_file(
-        flash_config(dir, 32),
+        flash_config(dir, 32, knobs()),
         std::sync::Arc::new(tern_store::Clock::manual(T0)),
         &dir.0.join("memory"),
         saved,
@@ -474,7 +460,7 @@ fn a_second_server_cannot_use_the_same_flash_file() {
     let dir = Dir::new("second");
     let _first = flash_store(&dir, 8, knobs());
     let second = Store::new(
-        flash_config(&dir, 8),
+        flash_config(&dir, 8, knobs()),
         std::sync::Arc::new(tern_store::Clock::manual(T0)),
     );
     assert!(matches!(second, Err(tern_store::StoreError::Flash(_))));

@@ -49,6 +49,17 @@ pub struct Resume {
     pub next_key: usize,
 }
 
+impl Resume {
+    /// The resume of a get whose line starts `line`, from `Step::Resume`'s key addresses.
+    pub fn in_line(line: &[u8], first_key: usize, next_key: usize) -> Resume {
+        let start = line.as_ptr() as usize;
+        Resume {
+            prefix: first_key - start,
+            next_key: next_key - start,
+        }
+    }
+}
+
 /// Where a serve loop appends its replies, with the transport's hooks.
 pub trait Replies {
     fn buf(&mut self) -> &mut Vec<u8>;

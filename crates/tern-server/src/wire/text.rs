@@ -89,13 +89,7 @@ pub fn serve(
                 Step::Resume {
                     first_key,
                     next_key,
-                } => {
-                    let line = rest.as_ptr() as usize;
-                    progress.resume = Some(Resume {
-                        prefix: first_key - line,
-                        next_key: next_key - line,
-                    });
-                }
+                } => progress.resume = Some(Resume::in_line(rest, first_key, next_key)),
                 _ => out.buf().truncate(mark),
             }
             ahead.defer_rest(ops);
@@ -123,11 +117,7 @@ pub fn serve(
                 first_key,
                 next_key,
             } => {
-                let line = rest.as_ptr() as usize;
-                progress.resume = Some(Resume {
-                    prefix: first_key - line,
-                    next_key: next_key - line,
-                });
+                progress.resume = Some(Resume::in_line(rest, first_key, next_key));
                 progress.yielded = true;
                 break;
             }

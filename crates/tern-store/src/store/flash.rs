@@ -142,23 +142,16 @@ impl Store {
         let f = self.flash.as_ref()?;
         let c = &f.counters;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
-        let pages = f.page_info();
-        let free = pages.iter().filter(|p| p.free).count() as u64;
-        let objects_used = f
-            .pages
-            .iter()
-            .zip(&pages)
-            .filter(|(_, info)| !info.free)
-            .map(|(p, _)| p.live.load(Relaxed))
-            .sum();
-        let bytes_used: u64 = pages.iter().map(|p| p.bytes_used).sum();
-        let filled: u64 = f
-            .pages
-            .iter()
-            .zip(&pages)
-            .filter(|(_, info)| !info.free)
-            .map(|(p, _)| p.fill.load(Relaxed))
-            .sum();
+        let (mut free, mut objects_used, mut bytes_used, mut filled) = (0, 0, 0, 0);
+        for (p, info) in f.pages.iter().zip(f.page_info()) {
+            if info.free {
+                free += 1;
+            } else {
+                objects_used += p.live.load(Relaxed);
+                bytes_used += info.bytes_used;
+                filled += p.fill.load(Relaxed);
+            }
+        }
         let total = self.each_shard_total(|sh| sh.counters.set_bytes);
         Some(FlashStats {
             compact_lost: load(&c.compact_lost),
@@ -168,7 +161,7 @@ impl Store {
             page_evictions: load(&c.page_evictions),
             page_reclaims: load(&c.page_reclaims),
             pages_free: free,
-            pages_used: pages.len() as u64 - free,
+            pages_used: f.page_count() as u64 - free,
             objects_evicted: load(&c.objects_evicted),
             objects_read: load(&c.objects_read),
             objects_written: load(&c.objects_written),
