@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 
-from servers import free_port, rss_mib
+from servers import free_port, rss_mib, wait_accepting
 
 
 def client(port, seed, deadline, lo, hi, counts, lock):
@@ -67,12 +67,7 @@ def measure(binary, args):
                "-c", str(args.conns + 100)]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_accepting(port, 10)
         start_rss = rss_mib(server.pid)
         counts, lock = {"refused": 0}, threading.Lock()
         deadline = time.monotonic() + args.seconds

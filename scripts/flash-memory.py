@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from servers import free_port, rss_mib  # noqa: E402
+from servers import free_port, rss_mib, wait_accepting  # noqa: E402
 
 
 def stats(sock, group=b""):
@@ -104,13 +104,7 @@ def found(sock, keys):
 def run(name, cmd, port, args, flash_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(300):
-            try:
-                probe = socket.create_connection(("127.0.0.1", port))
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
+        if not wait_accepting(port, 30):
             raise RuntimeError(f"{name} did not start: {proc.stderr.read().decode()}")
         empty_rss = rss_mib(proc.pid)
         started = time.time()

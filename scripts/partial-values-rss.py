@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from servers import free_port, rss_mib
+from servers import free_port, rss_mib, wait_accepting
 
 
 def settle(pid):
@@ -35,12 +35,7 @@ def measure(name, cmd, conns, sent, size):
     server = subprocess.Popen(cmd + ["-l", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_accepting(port, 5)
         before = settle(server.pid)
         clients = []
         for i in range(conns):

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from servers import free_port
+from servers import free_port, wait_accepting
 
 BARRIER, BARRIER_REPLY = b"mn\r\n", b"MN\r\n"
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -54,15 +54,9 @@ def record(memcached, path):
         args += ["-u", "root"]
     server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            try:
-                conn = socket.create_connection(("127.0.0.1", port))
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
+        if not wait_accepting(port, 5):
             raise RuntimeError(f"{memcached} did not start")
-        with conn:
+        with socket.create_connection(("127.0.0.1", port)) as conn:
             version = exchange(conn, b"version\r\n").decode().split()[1]
             for step in transcript["exchanges"]:
                 step["reply"] = exchange(conn, step["send"].encode("latin-1")).decode("latin-1")
