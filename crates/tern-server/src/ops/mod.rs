@@ -170,14 +170,41 @@ impl<'a> Ops<'a> {
     /// [`Ops::prefix`] for a lookup: retrievals count as gets (a touch or `me` does not).
     #[inline]
     fn prefix_lookup(&self, cmd: Cmd, key: &[u8], hit: bool) {
-        if self.shared.prefix_stats.enabled()
-            && !matches!(cmd, Cmd::Touch | Cmd::Admin)
-            && !self.flash_deferred()
-        {
+        if self.shared.prefix_stats.enabled() && !matches!(cmd, Cmd::Touch | Cmd::Admin) {
             self.shared
                 .prefix_stats
                 .record(key, PrefixEvent::Get { hit });
         }
+    }
+
+    /// Records a retrieval of `key` that came to `found`. A hit, the common case, records a
+    /// constant outcome and asks nothing about flash; a miss, which may be a deferral, is out
+    /// of line.
+    #[inline(always)]
+    fn record_lookup<R>(&self, cmd: Cmd, found: &Result<R, Miss>, key: &[u8]) {
+        match found {
+            Ok(_) => {
+                self.record_key(cmd, Outcome::Hit, key);
+                self.prefix_lookup(cmd, key, true);
+            }
+            Err(miss) => self.record_miss(cmd, *miss, key),
+        }
+    }
+
+    /// [`Ops::record_lookup`] for a miss, as memcached counts it (expired and flushed items
+    /// are misses of their own kind).
+    #[inline(never)]
+    fn record_miss(&self, cmd: Cmd, miss: Miss, key: &[u8]) {
+        if self.flash_deferred() {
+            return;
+        }
+        let outcome = match miss {
+            Miss::NotFound => Outcome::Miss,
+            Miss::Expired => Outcome::Expired,
+            Miss::Flushed => Outcome::Flushed,
+        };
+        self.record_key(cmd, outcome, key);
+        self.prefix_lookup(cmd, key, false);
     }
 
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
@@ -232,8 +259,7 @@ impl<'a> Ops<'a> {
         } else {
             self.lookup(hashed, touch, out, read)
         };
-        self.record_key(cmd, lookup_outcome(&found), key);
-        self.prefix_lookup(cmd, key, found.is_ok());
+        self.record_lookup(cmd, &found, key);
         found
     }
 
@@ -361,8 +387,7 @@ impl<'a> Ops<'a> {
                     );
                 }
                 (found, _) => {
-                    self.record_key(cmd, lookup_outcome(&found), key);
-                    self.prefix_lookup(cmd, key, found.is_ok());
+                    self.record_lookup(cmd, &found, key);
                     return found;
                 }
             }
@@ -633,17 +658,6 @@ impl<'a> Ops<'a> {
         tracing::info!("shutdown command received");
         let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
         Shutdown::Stopping
-    }
-}
-
-/// How a lookup ended, as memcached counts it (expired and flushed items are misses of their
-/// own kind).
-fn lookup_outcome<R>(found: &Result<R, Miss>) -> Outcome {
-    match found {
-        Ok(_) => Outcome::Hit,
-        Err(Miss::NotFound) => Outcome::Miss,
-        Err(Miss::Expired) => Outcome::Expired,
-        Err(Miss::Flushed) => Outcome::Flushed,
     }
 }
 
