@@ -132,10 +132,11 @@ fn flash_server(dir: &Scratch, extra: &[&str]) -> ServerProcess {
     ServerProcess::tern(&args)
 }
 
-/// Stores `count` values (three times the heap), waits until flash holds all it will take.
-fn fill(server: &ServerProcess, count: u32) {
+/// Stores the values of `keys` (2,400 are three times the heap), waits until flash holds all
+/// it will take.
+fn fill(server: &ServerProcess, keys: std::ops::Range<u32>) {
     let mut conn = server.connect();
-    for n in 0..count {
+    for n in keys {
         let value = value_of(n);
         let mut request = format!("set key:{n} 0 0 {}\r\n", value.len()).into_bytes();
         request.extend_from_slice(&value);
@@ -168,7 +169,7 @@ fn get_reply(keys: &[u32]) -> Vec<u8> {
 fn items_beyond_memory_are_served_from_flash_by_every_get() {
     let dir = Scratch::new("serve");
     let server = flash_server(&dir, &[]);
-    fill(&server, 2_400);
+    fill(&server, 0..2_400);
     let mut conn = server.connect();
     let stats = conn.stats("stats\r\n");
     assert!(
@@ -233,7 +234,7 @@ fn a_warm_restart_keeps_what_flash_holds() {
     let memory_file = dir.0.join("mem");
     let memory_file = memory_file.to_str().unwrap();
     let mut server = flash_server(&dir, &["-e", memory_file]);
-    fill(&server, 2_400);
+    fill(&server, 0..2_400);
     let on_flash: u64 = server.connect().stats("stats\r\n")["extstore_objects_used"]
         .parse()
         .unwrap();
@@ -255,6 +256,105 @@ fn a_warm_restart_keeps_what_flash_holds() {
             .unwrap()
             > 0
     );
+}
+
+/// `flash_server`'s command line on a planned port, with a memory file (`-e`) and a control
+/// socket to hand over on (`--takeover-socket`), as docs/restart.md runs a hand-over.
+fn hand_over_args(dir: &Scratch, port: u16) -> Vec<String> {
+    let mut args: Vec<String> = ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
+        .map(String::from)
+        .to_vec();
+    args.extend(["-m", "16", "-o"].map(String::from));
+    args.push(dir.ext_path("flash", "256m"));
+    args.push("-o".into());
+    args.push("ext_page_size=8,ext_wbuf_size=2,ext_item_age=1,ext_max_sleep=10000".into());
+    for (flag, name) in [("-e", "mem"), ("--takeover-socket", "takeover.sock")] {
+        args.push(flag.into());
+        args.push(dir.0.join(name).display().to_string());
+    }
+    args.extend(tern_testkit::io_engine_args(&[]));
+    args
+}
+
+/// Contract item 5 of issue 27: a successor started with `--takeover` opens the flash files
+/// the old process held (it unlocks them once its metadata is saved) and serves every item
+/// that was on flash, from flash, value for value.
+#[test]
+fn a_takeover_successor_serves_what_flash_holds() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("takeover");
+    let port = tern_testkit::free_port();
+    let args = hand_over_args(&dir, port);
+    let mut old = ServerProcess::spawn(
+        {
+            let mut cmd = Command::new(tern_bin());
+            cmd.args(&args);
+            cmd
+        },
+        port,
+    );
+    // The control socket is offered (mode 0600) after the port accepts.
+    let control = dir.0.join("takeover.sock");
+    let deadline = std::time::Instant::now() + tern_testkit::PATIENCE;
+    while !std::fs::metadata(&control).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600) {
+        assert!(std::time::Instant::now() < deadline, "no control socket");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    fill(&old, 0..2_400);
+    let before = old.connect().stats("stats\r\n");
+    let on_flash: u64 = before["extstore_objects_used"].parse().unwrap();
+    assert!(on_flash > 1_000, "{before:?}");
+
+    // Not waited for as `ServerProcess::spawn` waits: the port accepts already (the old
+    // server's sockets); the old one exits once it has saved and handed over.
+    let new = ServerProcess {
+        child: Command::new(tern_bin())
+            .args(&args)
+            .arg("--takeover")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+    };
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    let mut conn = new.connect();
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["pid"], new.pid().to_string(), "the successor serves");
+    assert_eq!(stats["restored_items"], "2400", "{stats:?}");
+    assert_eq!(stats["curr_items"], "2400", "{stats:?}");
+    // Whatever the old one had on flash when it saved is on flash still (its idle thread may
+    // have moved more there before the hand-over stopped it).
+    let kept: u64 = stats["extstore_objects_used"].parse().unwrap();
+    assert!(kept >= on_flash, "{kept} of {on_flash} items on flash");
+    assert_eq!(
+        conn.stats("stats items\r\n")["items:2:number"],
+        kept.to_string()
+    );
+    for n in 0..2_400 {
+        let mut want = get_reply(&[n]);
+        want.extend_from_slice(b"END\r\n");
+        conn.expect(format!("get key:{n}\r\n").as_bytes(), &want);
+    }
+    let stats = conn.stats("stats\r\n");
+    let from_flash: u64 = stats["get_extstore"].parse().unwrap();
+    assert!(
+        from_flash >= kept,
+        "{from_flash} gets from flash, {kept} on it"
+    );
+    assert_eq!(stats["badcrc_from_extstore"], "0");
+    assert_eq!(stats["miss_from_extstore"], "0");
+    // The successor writes flash on from the pages the old one left.
+    fill(&new, 2_400..4_800);
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["curr_items"], "4800", "{stats:?}");
+    let used: u64 = stats["extstore_objects_used"].parse().unwrap();
+    assert!(used > kept + 1_000, "{used} on flash after {kept}");
+    for n in (0..4_800).step_by(7) {
+        let mut want = get_reply(&[n]);
+        want.extend_from_slice(b"END\r\n");
+        conn.expect(format!("get key:{n}\r\n").as_bytes(), &want);
+    }
 }
 
 #[test]
