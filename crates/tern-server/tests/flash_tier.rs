@@ -258,6 +258,94 @@ fn a_warm_restart_keeps_what_flash_holds() {
     );
 }
 
+/// A value of 800,000 bytes that names its key, as memcached's `binary-extstore.t` stores:
+/// larger than a segment (a run) and than a block, within a 2 MiB write buffer.
+fn large_value_of(n: u32) -> Vec<u8> {
+    let mut v = format!("large-{n}:").into_bytes();
+    while v.len() < 800_000 {
+        v.push(b'A' + ((v.len() * 7 + n as usize) % 26) as u8);
+    }
+    v
+}
+
+fn large_reply(keys: &[u32]) -> Vec<u8> {
+    let mut reply = Vec::new();
+    for &n in keys {
+        let value = large_value_of(n);
+        reply.extend_from_slice(format!("VALUE big:{n} 0 {}\r\n", value.len()).as_bytes());
+        reply.extend_from_slice(&value);
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply.extend_from_slice(b"END\r\n");
+    reply
+}
+
+/// Items larger than a segment go to flash as memcached's chunked items go to extstore (its
+/// bucket 2), whole in one record of many blocks, and every get reads them back through the
+/// I/O threads: one key, a multiget, the binary protocol, and a recache into memory.
+#[test]
+fn items_larger_than_a_segment_are_served_from_flash() {
+    let dir = Scratch::new("large");
+    let server = flash_server(&dir, &[]);
+    let mut conn = server.connect();
+    // 40 x 800,000 bytes: twice the heap.
+    for n in 0..40 {
+        let value = large_value_of(n);
+        let mut request = format!("set big:{n} 0 0 {}\r\n", value.len()).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        conn.expect(&request, b"STORED\r\n");
+    }
+    // Until none the tier would take is in memory: those larger than a segment included.
+    for _ in 0..600 {
+        if !conn.stats("stats items\r\n").contains_key("items:3:number") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let items = conn.stats("stats items\r\n");
+    assert_eq!(items["items:2:number"], "40", "{items:?}");
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["curr_items"], "40");
+    assert_eq!(stats["extstore_objects_used"], "40", "{stats:?}");
+    let pages = tern_testkit::stat_lines(&conn.request(b"stats extstore\r\n", b"END\r\n"));
+    assert!(
+        pages
+            .iter()
+            .any(|(n, v)| n.ends_with(":bucket") && v == "2"),
+        "{pages:?}"
+    );
+    conn.expect(b"get big:7\r\n", &large_reply(&[7]));
+    let keys: Vec<u32> = (10..16).collect();
+    let line: Vec<String> = keys.iter().map(|n| format!("big:{n}")).collect();
+    conn.expect(
+        format!("get {}\r\n", line.join(" ")).as_bytes(),
+        &large_reply(&keys),
+    );
+    let mut binary = server.connect();
+    binary.send(&tern_testkit::binary::frame(0x00, &[], b"big:20", &[], 9));
+    let reply = tern_testkit::binary::Reply::read(&mut binary.stream).unwrap();
+    assert_eq!((reply.status, reply.value), (0, large_value_of(20)));
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["get_extstore"], "8", "{stats:?}");
+    assert_eq!(stats["badcrc_from_extstore"], "0");
+    let read: u64 = stats["extstore_bytes_read"].parse().unwrap();
+    assert!(read >= 8 * 800_000, "{stats:?}");
+    // With every read recached, the item comes back into memory (a run of its own).
+    let recaches = |conn: &mut tern_testkit::Conn| -> u64 {
+        conn.stats("stats\r\n")["recache_from_extstore"]
+            .parse()
+            .unwrap()
+    };
+    let before = recaches(&mut conn);
+    conn.expect(b"extstore recache_rate 1\r\n", b"OK\r\n");
+    conn.expect(b"get big:30\r\n", &large_reply(&[30]));
+    conn.expect(b"get big:30\r\n", &large_reply(&[30]));
+    assert_eq!(recaches(&mut conn), before + 1);
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["get_extstore"], "9", "the second get read memory");
+}
+
 /// `flash_server`'s command line on a planned port, with a memory file (`-e`) and a control
 /// socket to hand over on (`--takeover-socket`), as docs/restart.md runs a hand-over.
 fn hand_over_args(dir: &Scratch, port: u16) -> Vec<String> {
