@@ -288,13 +288,21 @@ fn items_larger_than_a_segment_are_served_from_flash() {
     let dir = Scratch::new("large");
     let server = flash_server(&dir, &[]);
     let mut conn = server.connect();
-    // 40 x 800,000 bytes: twice the heap.
+    // 40 x 800,000 bytes: twice the heap. Each set evicts about one item to flash; once the
+    // buffers it filled are written, the next finds one free (else it would evict the item
+    // as without flash, which this test is not about).
     for n in 0..40 {
         let value = large_value_of(n);
         let mut request = format!("set big:{n} 0 0 {}\r\n", value.len()).into_bytes();
         request.extend_from_slice(&value);
         request.extend_from_slice(b"\r\n");
         conn.expect(&request, b"STORED\r\n");
+        for _ in 0..600 {
+            if conn.stats("stats\r\n")["extstore_io_queue"] == "0" {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
     // Until none the tier would take is in memory: those larger than a segment included.
     for _ in 0..600 {
