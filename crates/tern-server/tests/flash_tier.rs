@@ -132,10 +132,11 @@ fn flash_server(dir: &Scratch, extra: &[&str]) -> ServerProcess {
     ServerProcess::tern(&args)
 }
 
-/// Stores `count` values (three times the heap), waits until flash holds all it will take.
-fn fill(server: &ServerProcess, count: u32) {
+/// Stores the values of `keys` (2,400 are three times the heap), waits until flash holds all
+/// it will take.
+fn fill(server: &ServerProcess, keys: std::ops::Range<u32>) {
     let mut conn = server.connect();
-    for n in 0..count {
+    for n in keys {
         let value = value_of(n);
         let mut request = format!("set key:{n} 0 0 {}\r\n", value.len()).into_bytes();
         request.extend_from_slice(&value);
@@ -168,7 +169,7 @@ fn get_reply(keys: &[u32]) -> Vec<u8> {
 fn items_beyond_memory_are_served_from_flash_by_every_get() {
     let dir = Scratch::new("serve");
     let server = flash_server(&dir, &[]);
-    fill(&server, 2_400);
+    fill(&server, 0..2_400);
     let mut conn = server.connect();
     let stats = conn.stats("stats\r\n");
     assert!(
@@ -233,7 +234,7 @@ fn a_warm_restart_keeps_what_flash_holds() {
     let memory_file = dir.0.join("mem");
     let memory_file = memory_file.to_str().unwrap();
     let mut server = flash_server(&dir, &["-e", memory_file]);
-    fill(&server, 2_400);
+    fill(&server, 0..2_400);
     let on_flash: u64 = server.connect().stats("stats\r\n")["extstore_objects_used"]
         .parse()
         .unwrap();
@@ -255,6 +256,201 @@ fn a_warm_restart_keeps_what_flash_holds() {
             .unwrap()
             > 0
     );
+}
+
+/// A value of 800,000 bytes that names its key, as memcached's `binary-extstore.t` stores:
+/// larger than a segment (a run) and than a block, within a 2 MiB write buffer.
+fn large_value_of(n: u32) -> Vec<u8> {
+    let mut v = format!("large-{n}:").into_bytes();
+    while v.len() < 800_000 {
+        v.push(b'A' + ((v.len() * 7 + n as usize) % 26) as u8);
+    }
+    v
+}
+
+fn large_reply(keys: &[u32]) -> Vec<u8> {
+    let mut reply = Vec::new();
+    for &n in keys {
+        let value = large_value_of(n);
+        reply.extend_from_slice(format!("VALUE big:{n} 0 {}\r\n", value.len()).as_bytes());
+        reply.extend_from_slice(&value);
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply.extend_from_slice(b"END\r\n");
+    reply
+}
+
+/// Items larger than a segment go to flash as memcached's chunked items go to extstore (its
+/// bucket 2), whole in one record of many blocks, and every get reads them back through the
+/// I/O threads: one key, a multiget, the binary protocol, and a recache into memory.
+#[test]
+fn items_larger_than_a_segment_are_served_from_flash() {
+    let dir = Scratch::new("large");
+    let server = flash_server(&dir, &[]);
+    let mut conn = server.connect();
+    // 40 x 800,000 bytes: twice the heap. Each set evicts about one item to flash; once the
+    // buffers it filled are written, the next finds one free (else it would evict the item
+    // as without flash, which this test is not about).
+    for n in 0..40 {
+        let value = large_value_of(n);
+        let mut request = format!("set big:{n} 0 0 {}\r\n", value.len()).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        conn.expect(&request, b"STORED\r\n");
+        for _ in 0..600 {
+            if conn.stats("stats\r\n")["extstore_io_queue"] == "0" {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    // Until none the tier would take is in memory: those larger than a segment included.
+    for _ in 0..600 {
+        if !conn.stats("stats items\r\n").contains_key("items:3:number") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let items = conn.stats("stats items\r\n");
+    assert_eq!(items["items:2:number"], "40", "{items:?}");
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["curr_items"], "40");
+    assert_eq!(stats["extstore_objects_used"], "40", "{stats:?}");
+    let pages = tern_testkit::stat_lines(&conn.request(b"stats extstore\r\n", b"END\r\n"));
+    assert!(
+        pages
+            .iter()
+            .any(|(n, v)| n.ends_with(":bucket") && v == "2"),
+        "{pages:?}"
+    );
+    conn.expect(b"get big:7\r\n", &large_reply(&[7]));
+    let keys: Vec<u32> = (10..16).collect();
+    let line: Vec<String> = keys.iter().map(|n| format!("big:{n}")).collect();
+    conn.expect(
+        format!("get {}\r\n", line.join(" ")).as_bytes(),
+        &large_reply(&keys),
+    );
+    let mut binary = server.connect();
+    binary.send(&tern_testkit::binary::frame(0x00, &[], b"big:20", &[], 9));
+    let reply = tern_testkit::binary::Reply::read(&mut binary.stream).unwrap();
+    assert_eq!((reply.status, reply.value), (0, large_value_of(20)));
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["get_extstore"], "8", "{stats:?}");
+    assert_eq!(stats["badcrc_from_extstore"], "0");
+    let read: u64 = stats["extstore_bytes_read"].parse().unwrap();
+    assert!(read >= 8 * 800_000, "{stats:?}");
+    // With every read recached, the item comes back into memory (a run of its own).
+    let recaches = |conn: &mut tern_testkit::Conn| -> u64 {
+        conn.stats("stats\r\n")["recache_from_extstore"]
+            .parse()
+            .unwrap()
+    };
+    let before = recaches(&mut conn);
+    conn.expect(b"extstore recache_rate 1\r\n", b"OK\r\n");
+    conn.expect(b"get big:30\r\n", &large_reply(&[30]));
+    conn.expect(b"get big:30\r\n", &large_reply(&[30]));
+    assert_eq!(recaches(&mut conn), before + 1);
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["get_extstore"], "9", "the second get read memory");
+}
+
+/// `flash_server`'s command line on a planned port, with a memory file (`-e`) and a control
+/// socket to hand over on (`--takeover-socket`), as docs/restart.md runs a hand-over.
+fn hand_over_args(dir: &Scratch, port: u16) -> Vec<String> {
+    let mut args: Vec<String> = ["serve", "-l", "127.0.0.1", "-p", &port.to_string()]
+        .map(String::from)
+        .to_vec();
+    args.extend(["-m", "16", "-o"].map(String::from));
+    args.push(dir.ext_path("flash", "256m"));
+    args.push("-o".into());
+    args.push("ext_page_size=8,ext_wbuf_size=2,ext_item_age=1,ext_max_sleep=10000".into());
+    for (flag, name) in [("-e", "mem"), ("--takeover-socket", "takeover.sock")] {
+        args.push(flag.into());
+        args.push(dir.0.join(name).display().to_string());
+    }
+    args.extend(tern_testkit::io_engine_args(&[]));
+    args
+}
+
+/// Contract item 5 of issue 27: a successor started with `--takeover` opens the flash files
+/// the old process held (it unlocks them once its metadata is saved) and serves every item
+/// that was on flash, from flash, value for value.
+#[test]
+fn a_takeover_successor_serves_what_flash_holds() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("takeover");
+    let port = tern_testkit::free_port();
+    let args = hand_over_args(&dir, port);
+    let mut old = ServerProcess::spawn(
+        {
+            let mut cmd = Command::new(tern_bin());
+            cmd.args(&args);
+            cmd
+        },
+        port,
+    );
+    // The control socket is offered (mode 0600) after the port accepts.
+    let control = dir.0.join("takeover.sock");
+    let deadline = std::time::Instant::now() + tern_testkit::PATIENCE;
+    while !std::fs::metadata(&control).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600) {
+        assert!(std::time::Instant::now() < deadline, "no control socket");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    fill(&old, 0..2_400);
+    let before = old.connect().stats("stats\r\n");
+    let on_flash: u64 = before["extstore_objects_used"].parse().unwrap();
+    assert!(on_flash > 1_000, "{before:?}");
+
+    // Not waited for as `ServerProcess::spawn` waits: the port accepts already (the old
+    // server's sockets); the old one exits once it has saved and handed over.
+    let new = ServerProcess {
+        child: Command::new(tern_bin())
+            .args(&args)
+            .arg("--takeover")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+    };
+    assert!(old.wait_exit().success(), "the old server exits 0");
+    let mut conn = new.connect();
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["pid"], new.pid().to_string(), "the successor serves");
+    assert_eq!(stats["restored_items"], "2400", "{stats:?}");
+    assert_eq!(stats["curr_items"], "2400", "{stats:?}");
+    // Whatever the old one had on flash when it saved is on flash still (its idle thread may
+    // have moved more there before the hand-over stopped it).
+    let kept: u64 = stats["extstore_objects_used"].parse().unwrap();
+    assert!(kept >= on_flash, "{kept} of {on_flash} items on flash");
+    assert_eq!(
+        conn.stats("stats items\r\n")["items:2:number"],
+        kept.to_string()
+    );
+    for n in 0..2_400 {
+        let mut want = get_reply(&[n]);
+        want.extend_from_slice(b"END\r\n");
+        conn.expect(format!("get key:{n}\r\n").as_bytes(), &want);
+    }
+    let stats = conn.stats("stats\r\n");
+    let from_flash: u64 = stats["get_extstore"].parse().unwrap();
+    assert!(
+        from_flash >= kept,
+        "{from_flash} gets from flash, {kept} on it"
+    );
+    assert_eq!(stats["badcrc_from_extstore"], "0");
+    assert_eq!(stats["miss_from_extstore"], "0");
+    // The successor writes flash on from the pages the old one left.
+    fill(&new, 2_400..4_800);
+    let stats = conn.stats("stats\r\n");
+    assert_eq!(stats["curr_items"], "4800", "{stats:?}");
+    let used: u64 = stats["extstore_objects_used"].parse().unwrap();
+    assert!(used > kept + 1_000, "{used} on flash after {kept}");
+    for n in (0..4_800).step_by(7) {
+        let mut want = get_reply(&[n]);
+        want.extend_from_slice(b"END\r\n");
+        conn.expect(format!("get key:{n}\r\n").as_bytes(), &want);
+    }
 }
 
 #[test]

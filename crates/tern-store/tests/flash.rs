@@ -514,3 +514,198 @@ fn items_about_to_expire_share_pages_that_go_whole_once_they_have() {
         );
     }
 }
+
+/// A size between a segment (64 KiB with `flash_config`'s heap) and half a write buffer
+/// (256 KiB, two records to a buffer): an item in a run of two segments, whose record takes
+/// many blocks.
+fn large_len(n: u32) -> usize {
+    70_000 + (n as usize * 7_919) % 55_000
+}
+
+/// Sets `keys` with values of `large_len`, letting the background work run after each.
+fn fill_large(s: &Store, keys: std::ops::Range<u32>) {
+    for n in keys {
+        assert!(matches!(
+            set(s, &key(n), &stamped(n, 0, large_len(n))),
+            StoreOutcome::Stored { .. }
+        ));
+        settle(s);
+    }
+}
+
+#[test]
+fn items_larger_than_a_segment_go_to_flash_whole_and_read_back() {
+    let dir = Dir::new("large");
+    let s = flash_store(
+        &dir,
+        64,
+        FlashSettings {
+            recache_rate: 0,
+            ..knobs()
+        },
+    );
+    // One in memory: the tier would take it by size (`stats items`' class 3).
+    set(&s, &key(0), &stamped(0, 0, large_len(0)));
+    assert_eq!(s.stats().items_flash_sized, 1);
+    // Ten times the 4 MiB heap.
+    fill_large(&s, 1..250);
+    let stats = s.flash_stats().unwrap();
+    assert!(stats.objects_written > 150, "{stats:?}");
+    // memcached's bucket for chunked items (2) holds them.
+    assert!(
+        s.flash_pages().iter().any(|p| !p.free && p.bucket == 2),
+        "{:?}",
+        s.flash_pages()
+    );
+    assert_eq!(s.stats().curr_items, 250);
+    assert_eq!(s.stats().evictions, 0);
+    for n in 0..250 {
+        let value = get(&s, &key(n)).unwrap_or_else(|| panic!("key {n} lost"));
+        assert_eq!(value.len(), large_len(n));
+        verify(n, &value);
+    }
+    let after = s.flash_stats().unwrap();
+    assert!(after.gets > 150 && after.bad_crc == 0, "{after:?}");
+    // Read back whole: every byte of every record counted.
+    assert!(
+        after.bytes_read - stats.bytes_read > 150 * 70_000,
+        "{after:?}"
+    );
+    // Page read-back (compaction, eviction) finds the records too: a full flash evicts its
+    // oldest pages, and the newest items are all there.
+    fill_large(&s, 250..800);
+    let stats = s.flash_stats().unwrap();
+    assert!(
+        stats.page_evictions > 0 && stats.objects_evicted > 0,
+        "{stats:?}"
+    );
+    for n in 700..800 {
+        verify(
+            n,
+            &get(&s, &key(n)).unwrap_or_else(|| panic!("key {n} lost")),
+        );
+    }
+    assert_eq!(s.flash_stats().unwrap().bad_crc, 0);
+}
+
+#[test]
+fn an_item_larger_than_a_write_buffer_stays_in_memory() {
+    let dir = Dir::new("huge");
+    let s = flash_store(&dir, 32, knobs());
+    // A record holds at most a write buffer (256 KiB here), as memcached's -I is at most
+    // ext_wbuf_size.
+    set(&s, b"huge", &stamped(7, 0, 300_000));
+    assert_eq!(s.stats().items_flash_sized, 0);
+    fill_large(&s, 0..40);
+    assert_eq!(get(&s, b"huge"), None, "evicted, not written to flash");
+    assert_eq!(s.stats().evictions, 1);
+}
+
+#[test]
+fn large_items_on_flash_come_back_into_memory_with_their_cas_and_marks() {
+    let dir = Dir::new("large-back");
+    let s = flash_store(
+        &dir,
+        32,
+        FlashSettings {
+            recache_rate: 0,
+            ..knobs()
+        },
+    );
+    fill_large(&s, 0..100);
+    let gets = |s: &Store| s.flash_stats().unwrap().gets;
+    let cas = s.get(&key(1)[..], |item| item.cas()).unwrap();
+    // touch brings the item back into a run of its own (making room sends others to flash),
+    // with its new deadline and its CAS: read from memory from then on.
+    assert!(s.touch(&key(1), Expiry::from_exptime(100, T0)));
+    let before = gets(&s);
+    let (expiry, again) = s
+        .get(&key(1)[..], |item| (item.expiry, item.cas()))
+        .unwrap();
+    assert_eq!((expiry, again), (Expiry::from_exptime(100, T0), cas));
+    assert_eq!(gets(&s), before);
+    verify(1, &get(&s, &key(1)).unwrap());
+    // Meta's marks: invalidating brings it back marked stale.
+    s.invalidate(&key(2), None, None, None).unwrap();
+    assert!(s.get(&key(2)[..], |item| item.stale).unwrap());
+    verify(2, &get(&s, &key(2)).unwrap());
+    // A cas with the CAS it had on flash replaces it; replace and delete work as on small
+    // items.
+    let cas = s.get(&key(3)[..], |item| item.cas()).unwrap();
+    let value = stamped(3, 1, large_len(3));
+    assert!(matches!(
+        s.store_with_cas(StoreOp::Cas(cas), &key(3), 0, Expiry::NEVER, &value, None),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(get(&s, &key(3)).unwrap(), value);
+    assert!(s.delete(&key(4)));
+    assert_eq!(get(&s, &key(4)), None);
+    // With every read recached, a get from flash brings the item back into memory.
+    let knobs = s.flash_knobs().unwrap();
+    knobs.set(&FlashSettings {
+        recache_rate: 1,
+        ..knobs.get()
+    });
+    let recaches = s.flash_stats().unwrap().recaches;
+    verify(5, &get(&s, &key(5)).unwrap());
+    let stats = s.flash_stats().unwrap();
+    assert_eq!(stats.recaches, recaches + 1, "{stats:?}");
+    verify(5, &get(&s, &key(5)).unwrap());
+    assert_eq!(gets(&s), stats.gets, "read from memory now");
+    assert_eq!(s.flash_stats().unwrap().bad_crc, 0);
+}
+
+#[test]
+fn records_read_for_later_make_room_for_a_new_batch_but_never_drop_it() {
+    use std::sync::Arc;
+    let dir = Dir::new("large-defer");
+    let s = flash_store(
+        &dir,
+        64,
+        FlashSettings {
+            recache_rate: 0,
+            ..knobs()
+        },
+    );
+    fill_large(&s, 0..260);
+    s.defer_flash_reads_on_this_thread();
+    let wake: tern_store::FlashWaker = Arc::new(|| ());
+    // Reads asked for as one multiget of `keys` asks for them (the oldest keys: on flash),
+    // and served.
+    let land = |keys: &[u32]| {
+        assert_eq!(
+            s.get(&key(keys[0])[..], |item| item.value.to_vec()),
+            Err(Miss::NotFound)
+        );
+        for &n in &keys[1..] {
+            s.defer_if_on_flash(&key(n));
+        }
+        let asked = s.ask_deferred(&wake);
+        assert_eq!(asked.len(), keys.len(), "every one on flash");
+        while !s.flash_ready(&asked) {
+            s.serve_flash_reads(std::time::Duration::from_millis(10));
+        }
+    };
+    let first: Vec<u32> = (0..5).collect();
+    land(&first);
+    // More than the 16 MiB that records read and not yet taken may hold.
+    let second: Vec<u32> = (5..200).collect();
+    let bytes: usize = second.iter().map(|&n| large_len(n)).sum();
+    assert!(bytes > 16 << 20, "{bytes} bytes");
+    land(&second);
+    // The whole second batch landed: each get finds its record.
+    for &n in &second {
+        let value = s.get(&key(n)[..], |item| item.value.to_vec());
+        assert!(
+            !s.flash_deferred(),
+            "key {n} was dropped before it was taken"
+        );
+        verify(n, &value.unwrap());
+    }
+    // The first batch's records, never taken (a client gone), made room for it.
+    assert_eq!(
+        s.get(&key(0)[..], |item| item.value.to_vec()),
+        Err(Miss::NotFound)
+    );
+    assert!(s.flash_deferred(), "read again");
+}

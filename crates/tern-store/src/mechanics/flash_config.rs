@@ -167,7 +167,9 @@ pub struct FlashStats {
     pub io_queue: u64,
     /// Gets answered from flash (`get_extstore`).
     pub gets: u64,
-    /// Reads of flash that found the item gone (`miss_from_extstore`).
+    /// Reads of flash that found no item where the index pointed: a failed check or read, a
+    /// page written again meanwhile (`miss_from_extstore`; a key whose page was evicted is a
+    /// plain miss, its entry removed with the page: docs/flash.md).
     pub misses: u64,
     /// Reads whose checksum failed (`badcrc_from_extstore`).
     pub bad_crc: u64,

@@ -4,9 +4,11 @@
 //!
 //! - **Going.** An item leaves memory for flash when eviction would drop it (`evict.rs` asks
 //!   `to_flash` first) or, with `ext_item_age`, once it has been idle that long
-//!   (`move_idle`). It must be at least `ext_item_size` bytes, not expired, with at least
-//!   `ext_low_ttl` seconds left. Its index slot is pointed at the record; nothing else of it
-//!   stays in memory. When flash has no buffer or page free, the item is evicted as before.
+//!   (`move_idle`). It must be at least `ext_item_size` bytes, its record at most a write
+//!   buffer (an item larger than a segment goes whole, from its run), and not expired; one
+//!   with less than `ext_low_ttl` seconds left goes to pages of its own. Its index slot is
+//!   pointed at the record; nothing else of it stays in memory. When flash has no buffer or
+//!   page free, the item is evicted as before.
 //! - **Finding.** A command that finds no item for its key in memory looks for a flash entry
 //!   whose tag and check bits agree with the key's hash (`fetch`): it lets the shard's lock
 //!   go, reads the record, takes the lock again and keeps the record only if its key is the
@@ -242,19 +244,22 @@ impl Store {
     }
 
     /// Whether an item goes to flash by size and deadline (one with less than `ext_low_ttl`
-    /// left goes to pages of its own).
+    /// left goes to pages of its own): at least `ext_item_size`, and its record no larger than
+    /// a write buffer, as memcached's `-I` is at most `ext_wbuf_size`.
     fn flash_wants(&self, flash: &Flash, hdr: &Header, now: UnixSecs) -> bool {
-        hdr.size() >= flash.knobs.get().item_size as usize && !hdr.is_expired_at(now)
+        (flash.knobs.get().item_size as usize..=self.flash_sized_to).contains(&hdr.size())
+            && !hdr.is_expired_at(now)
     }
 
     /// Moves the item `found` (in memory, indexed) to flash when the flash tier wants it and
-    /// has room: its index slot then points there, and its segment no longer counts it.
+    /// has room: its index slot then points there, and its segment (or run, for an item
+    /// larger than a segment) no longer counts it.
     pub(crate) fn to_flash(&self, sh: &mut Shard, found: Found, now: UnixSecs) -> bool {
         let Some(flash) = &self.flash else {
             return false;
         };
         let h = found.hdr;
-        if !self.flash_wants(flash, &h, now) || get32(&self.segs.meta(found.loc.seg).run_len) != 1 {
+        if !self.flash_wants(flash, &h, now) {
             return false;
         }
         let item = &self.segs.read(&sh.owner, found.loc.seg)[found.loc.off as usize..];
@@ -272,8 +277,11 @@ impl Store {
             cas.is_some(),
         );
         let knobs = flash.knobs.get();
+        // As memcached's buckets: a short deadline first, then size.
         let bucket = if h.expiry != 0 && h.expiry.saturating_sub(now) < knobs.low_ttl {
             Bucket::LowTtl
+        } else if get32(&self.segs.meta(found.loc.seg).run_len) != 1 {
+            Bucket::Large
         } else {
             Bucket::Default
         };
@@ -460,25 +468,30 @@ impl Store {
             cas: h.cas,
             keep_bits,
         };
-        if !self.fits_segment(item::item_size(
+        let size = item::item_size(
             h.key_len,
             h.value_len,
             h.flags,
             version.expiry != 0,
             h.cas.is_some(),
-        )) {
-            return false;
-        }
+        );
         if sh.index.needs_room() && !self.grow_index(sh, now) {
             return false;
         }
         let value = &item[h.value_range()];
-        let written = self.put_small(sh, key, None, version, [value, &[]], now);
+        let written = if self.fits_segment(size) {
+            self.put_small(sh, key, None, version, [value, &[]], now)
+                .is_some()
+        } else {
+            self.put_large_holding(sh, key, value, version, now)
+        };
         // Making room may have moved the entry; the new item is indexed beside it.
-        if let Some(slot) = self.flash_slot(sh, key, fetched.location) {
-            self.unlink_flash(sh, slot, fetched.location);
+        if written {
+            if let Some(slot) = self.flash_slot(sh, key, fetched.location) {
+                self.unlink_flash(sh, slot, fetched.location);
+            }
         }
-        written.is_some()
+        written
     }
 
     /// A get's view of a record.
@@ -575,7 +588,7 @@ impl Store {
                     if created > idle_since {
                         break;
                     }
-                    if get32(&meta.run_len) != 1 || get32(&meta.live) == 0 {
+                    if get32(&meta.live) == 0 {
                         continue;
                     }
                     let end = get32(&meta.write_off);

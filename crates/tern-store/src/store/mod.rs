@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::mechanics::clock::Clock;
 use crate::mechanics::config::{Config, Geometry};
 use crate::mechanics::error::StoreError;
-use crate::mechanics::flash::Flash;
+use crate::mechanics::flash::{largest_item, Flash};
 use crate::mechanics::flush_mark::Flush;
 use crate::mechanics::hash_seeds;
 use crate::mechanics::heap::{Heap, PageKind};
@@ -61,6 +61,8 @@ pub struct Store {
     /// Items of at least this many bytes count as `flash_sized` (the flash tier's starting
     /// `ext_item_size`; never without a flash tier).
     pub(crate) flash_sized_from: usize,
+    /// The largest item the flash tier takes: one whose record fits a write buffer.
+    pub(crate) flash_sized_to: usize,
 }
 
 /// What `Store::observe_evictions` calls, under the evicting shard's lock.
@@ -133,6 +135,10 @@ impl Store {
                 .flash
                 .as_ref()
                 .map_or(usize::MAX, |f| f.knobs.item_size as usize),
+            flash_sized_to: config
+                .flash
+                .as_ref()
+                .map_or(0, |f| largest_item(f.wbuf_size)),
             config,
             clock,
             hasher,

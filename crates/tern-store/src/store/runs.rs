@@ -17,6 +17,18 @@ impl Store {
     /// segments that were given back to the OS while free segments elsewhere stay warm (it needs
     /// them contiguous), so once it has its run it gives back what is now warm past the limit.
     pub(crate) fn alloc_run(&self, len: usize) -> Option<Run> {
+        self.alloc_run_holding(None, len)
+    }
+
+    /// `alloc_run` for a caller that holds `held`'s lock (an item brought back from flash):
+    /// that shard's segments in the window are emptied through it, another shard's only when
+    /// its lock is free (waiting for it while holding one could deadlock); `None` when none
+    /// could be made.
+    pub(crate) fn alloc_run_holding(
+        &self,
+        mut held: Option<&mut Shard>,
+        len: usize,
+    ) -> Option<Run> {
         if len > self.segs.count() {
             return None;
         }
@@ -41,14 +53,16 @@ impl Store {
             let window = start..start + len as u32;
             let now = self.clock.now();
             for seg in window.clone() {
-                if let Some(owner) = self.segs.owner_shard(seg) {
-                    let mut sh = self.lock(owner);
-                    // Re-checked under the lock: the shard may have freed it meanwhile.
-                    if self.segs.owner_shard(seg) == Some(owner) {
-                        let head = get32(&self.segs.meta(seg).head);
-                        self.evict_segment(&mut sh, head, now);
-                        self.release(&mut sh, false);
-                    }
+                let Some(owner) = self.segs.owner_shard(seg) else {
+                    continue;
+                };
+                match held.as_deref_mut() {
+                    Some(sh) if sh.owner.id() as usize == owner => self.empty_for_run(sh, seg, now),
+                    Some(_) => match self.shards[owner].0.try_lock() {
+                        Some(mut sh) => self.empty_for_run(&mut sh, seg, now),
+                        None => break,
+                    },
+                    None => self.empty_for_run(&mut self.lock(owner), seg, now),
                 }
             }
             let mut pool = self.pool();
@@ -59,7 +73,8 @@ impl Store {
                 self.discard_excess_warm();
                 return Some(Run { start, len });
             }
-            // Not emptied (cannot happen while claims hold); give back what is free and retry.
+            // Not emptied (a shard's lock was busy, with `held`); give back what is free and
+            // retry.
             for seg in window {
                 if self.segs.is_free(seg) && !pool.is_free(seg) {
                     pool.give(seg);
@@ -69,12 +84,42 @@ impl Store {
         None
     }
 
+    /// Empties the segment or run holding `seg`, if it is still `sh`'s (it may have been freed
+    /// before the lock was taken), for a run over it.
+    fn empty_for_run(&self, sh: &mut Shard, seg: u32, now: UnixSecs) {
+        if self.segs.owner_shard(seg) == Some(sh.owner.id() as usize) {
+            let head = get32(&self.segs.meta(seg).head);
+            self.evict_segment(sh, head, now);
+            self.release(sh, false);
+        }
+    }
+
     /// Gives back a run that was not used.
     pub(crate) fn free_run(&self, run: Run) {
         let mut pool = self.pool();
         for seg in run.start..run.start + run.len as u32 {
             self.segs.set_free(seg);
             pool.give(seg);
+        }
+    }
+
+    /// Writes an item larger than a segment into a run found or made while `sh`'s lock is held
+    /// (an item brought back from flash: `alloc_run_holding`); false when none could be made.
+    pub(crate) fn put_large_holding(
+        &self,
+        sh: &mut Shard,
+        key: Key,
+        value: &[u8],
+        version: Version,
+        now: UnixSecs,
+    ) -> bool {
+        let size = item::large_item_size(key.bytes.len(), value.len(), version.flags);
+        match self.alloc_run_holding(Some(sh), size.div_ceil(self.segs.size())) {
+            Some(run) => {
+                self.put_large(sh, key, NewValue::Whole(value), version, run, now);
+                true
+            }
+            None => false,
         }
     }
 
@@ -116,7 +161,7 @@ impl Store {
                 true,
                 Some(cas),
                 value.parts(old_value),
-                0,
+                version.keep_bits,
                 0,
             );
         }

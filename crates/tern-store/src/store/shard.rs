@@ -236,10 +236,10 @@ impl Store {
     }
 
     /// Whether an item of `size` bytes is one the flash tier would take by size: at least its
-    /// starting `ext_item_size`, and not larger than a segment (a run stays in memory).
+    /// starting `ext_item_size`, and its record no larger than a write buffer.
     #[inline(always)]
     pub(crate) fn flash_sized(&self, size: usize) -> bool {
-        size >= self.flash_sized_from && self.fits_segment(size)
+        (self.flash_sized_from..=self.flash_sized_to).contains(&size)
     }
 
     /// Whether an item of `size` bytes goes to an ordinary segment (else a run).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::buf::{AlignedBuf, BLOCK};
 use super::record::{check_record, ReadOutcome, RECORD_HEADER};
-use super::{bump, Flash, FlashWaker, Reads, LANDED_MAX};
+use super::{bump, Flash, FlashWaker, Reads, LANDED_BYTES, LANDED_MAX};
 
 /// Reads one io_uring submission holds at most.
 const RING_ENTRIES: u32 = 64;
@@ -232,7 +232,10 @@ impl Flash {
 
     /// What reading `location` came to, taken.
     pub(crate) fn take_landed(&self, location: u64) -> Option<std::io::Result<ReadOutcome>> {
-        self.reads.lock().landed.remove(&location)
+        let mut reads = self.reads.lock();
+        let read = reads.landed.remove(&location)?;
+        reads.landed_bytes -= held_by(&read);
+        Some(read)
     }
 
     /// Waits up to `wait` for reads to be asked for, then reads every one queued, landing
@@ -250,19 +253,29 @@ impl Flash {
             .map(|(location, _)| self.geometry.addr_of(*location))
             .collect();
         let results = self.read_batch(&addrs);
+        let incoming: usize = results.iter().map(held_by).sum();
         // Each asker is woken once for the whole batch (a wake is a system call).
         let mut woken: Vec<FlashWaker> = Vec::new();
         {
             let mut reads = self.reads.lock();
-            for ((location, wakers), read) in batch.into_iter().zip(results) {
-                while reads.landed.len() >= LANDED_MAX {
-                    let Some(oldest) = reads.landed_order.pop_front() else {
-                        break;
-                    };
-                    reads.landed.remove(&oldest);
+            // Room is made by dropping what landed before, never this batch: its askers run
+            // again next, and a record dropped before they take it is read again (a multiget
+            // of large items beyond the bound would never end).
+            while reads.landed.len() + batch.len() > LANDED_MAX
+                || reads.landed_bytes + incoming > LANDED_BYTES
+            {
+                let Some(oldest) = reads.landed_order.pop_front() else {
+                    break;
+                };
+                if let Some(read) = reads.landed.remove(&oldest) {
+                    reads.landed_bytes -= held_by(&read);
                 }
-                if reads.landed.insert(location, read).is_none() {
-                    reads.landed_order.push_back(location);
+            }
+            for ((location, wakers), read) in batch.into_iter().zip(results) {
+                reads.landed_bytes += held_by(&read);
+                match reads.landed.insert(location, read) {
+                    Some(earlier) => reads.landed_bytes -= held_by(&earlier),
+                    None => reads.landed_order.push_back(location),
                 }
                 for wake in wakers {
                     if !woken.iter().any(|w| std::sync::Arc::ptr_eq(w, &wake)) {
@@ -283,5 +296,13 @@ impl Flash {
         for wake in woken {
             wake();
         }
+    }
+}
+
+/// Bytes a read's outcome holds while it waits to be taken.
+fn held_by(read: &std::io::Result<ReadOutcome>) -> usize {
+    match read {
+        Ok(ReadOutcome::Record(record)) => record.held(),
+        _ => 0,
     }
 }

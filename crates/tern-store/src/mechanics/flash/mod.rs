@@ -15,7 +15,8 @@
 //! the item's length, the low 32 bits of its page's version), then the item as it is laid out
 //! in memory (`item.rs`, with its CAS kept explicitly), padded to 8 bytes. A record of at most
 //! a block never straddles a 4 KiB block, so one aligned 4 KiB read fetches it; a zero length
-//! marks padding to the next block. The version makes a record left from a page's earlier
+//! marks padding to the next block. A longer record (an item larger than a segment, up to
+//! [`largest_item`]) lies within one write buffer, read whole once its first block is in. The version makes a record left from a page's earlier
 //! life (the page freed and written again) fail its check, as a torn or stale write fails the
 //! CRC, so flash never serves a value that was not the one last stored.
 //!
@@ -106,22 +107,30 @@ struct Filling {
 
 /// Where records go: memcached's page buckets that tern keeps (an item with less than
 /// `ext_low_ttl` left goes with others like it, so their pages expire whole; compaction
-/// writes what it keeps to pages of its own, away from new items).
+/// writes what it keeps to pages of its own, away from new items; an item larger than a
+/// segment, memcached's chunked item, goes with others like it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Bucket {
     Default,
     Compact,
     LowTtl,
+    Large,
 }
 
 impl Bucket {
-    const ALL: [Bucket; 3] = [Bucket::Default, Bucket::Compact, Bucket::LowTtl];
+    const ALL: [Bucket; 4] = [
+        Bucket::Default,
+        Bucket::Compact,
+        Bucket::LowTtl,
+        Bucket::Large,
+    ];
 
     /// Its number in memcached's `stats extstore` (`PAGE_BUCKET_*`).
     fn memcached_number(self) -> u32 {
         match self {
             Bucket::Default => 0,
             Bucket::Compact => 1,
+            Bucket::Large => 2,
             Bucket::LowTtl => 3,
         }
     }
@@ -136,7 +145,7 @@ struct Stream {
 }
 
 struct Writer {
-    streams: [Stream; 3],
+    streams: [Stream; Bucket::ALL.len()],
     spare: Vec<AlignedBuf>,
     sealed: VecDeque<Sealed>,
     free_pages: VecDeque<u32>,
@@ -184,16 +193,28 @@ pub type FlashWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 struct Reads {
     /// Locations to read, each with who to wake, in the order asked.
     queue: VecDeque<(u64, Vec<FlashWaker>)>,
-    /// What reading each location came to; at most [`LANDED_MAX`], the oldest dropped first
-    /// (`landed_order`, where a location taken since is skipped).
+    /// What reading each location came to; at most [`LANDED_MAX`] of them and
+    /// [`LANDED_BYTES`] besides the last batch, the oldest dropped first (`landed_order`,
+    /// where a location taken since is skipped).
     landed: std::collections::HashMap<u64, std::io::Result<ReadOutcome>>,
     landed_order: VecDeque<u64>,
+    /// Bytes the records in `landed` hold.
+    landed_bytes: usize,
 }
 
 /// Records read and not yet taken, at most: a worker that asked and then lost its client
-/// leaves its records here until newer ones push them out (a bound of about this many
-/// blocks, 16 MiB at 4 KiB records, outside `-m`).
+/// leaves its records here until newer ones push them out.
 const LANDED_MAX: usize = 4096;
+/// Bytes of records read and not yet taken beyond which older ones are dropped (4,096 records
+/// of a block; a record of a large item may take a whole write buffer): a bound of this
+/// plus one batch outside `-m`.
+const LANDED_BYTES: usize = 16 << 20;
+
+/// The largest item a record holds in a write buffer of `wbuf_size` bytes: a record never
+/// spans two buffers.
+pub(crate) fn largest_item(wbuf_size: usize) -> usize {
+    wbuf_size.saturating_sub(RECORD_HEADER)
+}
 
 /// The flash tier: its files, pages, buffers and counters.
 pub(crate) struct Flash {
@@ -299,10 +320,10 @@ impl Flash {
         expiry: u32,
         write: impl FnOnce(&mut [u8]),
     ) -> Option<u64> {
-        let size = (RECORD_HEADER + len).next_multiple_of(ALIGN as usize);
-        if size > self.wbuf_size {
+        if len > largest_item(self.wbuf_size) {
             return None;
         }
+        let size = (RECORD_HEADER + len).next_multiple_of(ALIGN as usize);
         let s = bucket as usize;
         let mut w = self.writer.lock();
         let at = loop {

@@ -17,6 +17,11 @@ impl Record {
     pub(crate) fn item(&self) -> &[u8] {
         &self.buf[self.start..self.start + self.len]
     }
+
+    /// Bytes of memory it holds: the blocks read.
+    pub(crate) fn held(&self) -> usize {
+        self.buf.len()
+    }
 }
 
 /// What reading a record found.
