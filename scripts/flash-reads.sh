@@ -11,9 +11,9 @@
 #    threads, holding 16 x -m of 3,500-byte values (one block each), preloaded at 20,000 sets/s
 #    (`tern bench --key-space-factor 16 --preload-rate 20000 --settle 60s`): then
 #    - open loop at 70 % of fio's depth-1 IOPS, 64 connections (enough that none waits for
-#      another), uniform keys: throughput and
-#      latency (client side, so an upper bound of the server's), and the share of gets served
-#      from flash (tern bench's `server gets` line);
+#      another), uniform keys: throughput, latency (client side, and the server's own from
+#      its admin endpoint's /stats), and the share of gets served from flash (tern bench's
+#      `server gets` line);
 #    - closed loop, 32 connections: the most it carries, against fio's depth-32 IOPS.
 # Prints fio's and tern bench's own output. Long (a few minutes); not a test.
 set -euo pipefail
@@ -42,13 +42,23 @@ fio32=$(fio_run 32); echo "depth 32: $fio32"
 rm -f "$work/fio.dat"
 iops1=$(echo "$fio1" | awk '{print $2}')
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+admin=$(free_port)
 "$tern" serve -l 127.0.0.1 -p "$port" -t 1 -m 64 -o "ext_path=$work/flash:4g,ext_threads=2" \
-  > "$work/log" 2>&1 &
+  --admin-port "$admin" > "$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.1; done
 bench=("$tern" bench -s "127.0.0.1:$port" --key-space-factor 16 -v 3500 -m get:1 --seed 1)
 echo "== tern ($("$tern" --version)), open loop at 70 % of fio's depth-1 IOPS"
 "${bench[@]}" --preload-rate 20000 --settle 60s -c 64 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
+# The server's own latency of the gets so far (the open loop's: the preload only sets), from
+# when a batch's request was read to when its replies were written, flash waits included.
+python3 -c '
+import json, sys, urllib.request
+get = json.load(urllib.request.urlopen(sys.argv[1]))["commands"]["get"]["latency"]
+print("server side, get: %d requests, p50 <= %s us, p99 <= %s us, p99.9 <= %s us" % (
+    get["count"], get["p50_us_at_most"], get["p99_us_at_most"], get["p999_us_at_most"]))' \
+  "http://127.0.0.1:$admin/stats"
 echo "== tern, closed loop, 32 connections"
 "${bench[@]}" --no-preload -c 32 -d "$duration"

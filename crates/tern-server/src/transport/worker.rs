@@ -25,6 +25,8 @@ pub const WAKER: Token = Token(0);
 const FIRST_LISTENER: usize = 1;
 /// UDP socket tokens (`-U`) start here, above any listener's.
 const FIRST_UDP: usize = 1 << 19;
+/// This worker's flash reads completed (the eventfd of its own ring: `Worker::run`).
+const FLASH_READS: Token = Token(FIRST_UDP - 1);
 /// Connection tokens start here (listener tokens sit below).
 const FIRST_CONN: usize = 1 << 20;
 /// Connections served since the last sweep that may still hold buffers: past this many, the
@@ -201,7 +203,20 @@ impl Worker {
 
     /// Runs until shutdown, then lets clients take their last replies.
     pub fn run(mut self) {
-        self.shared.store.defer_flash_reads_on_this_thread();
+        let store = &self.shared.store;
+        store.defer_flash_reads_on_this_thread();
+        if let Some(wake) = self.shared.workers[self.id].flash_waker.get() {
+            // The worker submits its flash reads itself, no I/O thread between (see
+            // tern-store's `mechanics/flash/direct.rs`); without a ring they go through those.
+            let registry = self.poll.registry();
+            store.read_flash_on_this_thread(wake.clone(), |fd| {
+                registry.register(
+                    &mut mio::unix::SourceFd(&fd),
+                    FLASH_READS,
+                    Interest::READABLE,
+                )
+            });
+        }
         let mut events = Events::with_capacity(1024);
         let mut draining_since: Option<Instant> = None;
         loop {
@@ -236,6 +251,10 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER => woken = true,
+                    FLASH_READS => {
+                        self.shared.store.land_flash_reads_on_this_thread();
+                        woken = true;
+                    }
                     Token(t) if t >= FIRST_CONN => {
                         let idx = t - FIRST_CONN;
                         if event.is_read_closed() || event.is_error() {

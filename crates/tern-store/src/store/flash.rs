@@ -25,9 +25,13 @@
 //!   are free (rewriting their live items, or dropping those never read with
 //!   `ext_drop_unread`), and moves idle items to flash.
 //!
-//! Reads of flash happen on the calling thread (a synchronous `pread`).
+//! A thread that does not defer (a UDP request, the background work) reads flash in place, a
+//! synchronous read. A worker defers: its commands note what they need and end; the reads go
+//! on the worker's own ring (`read_flash_on_this_thread`) or to the I/O threads
+//! (`serve_flash_reads`), and the commands run again once their records have landed.
 
 use std::cell::{Cell, RefCell};
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
 use crate::mechanics::flash::{
-    bump, is_flash, AlignedBuf, Bucket, Flash, FlashWaker, ReadOutcome, Record,
+    bump, is_flash, AlignedBuf, Bucket, DirectRing, Flash, FlashWaker, ReadOutcome, Record,
 };
 use crate::mechanics::flash_config::{FlashKnobs, FlashPageInfo, FlashStats};
 use crate::mechanics::item::{self, Header};
@@ -56,6 +60,8 @@ thread_local! {
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
     /// The locations commands on this thread deferred reading, for `Store::ask_deferred`.
     static DEFERRED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// This worker's own ring for its deferred reads (`Store::read_flash_on_this_thread`).
+    static DIRECT: RefCell<Option<DirectRing>> = const { RefCell::new(None) };
 }
 
 /// What looking for a key on flash came to.
@@ -88,14 +94,51 @@ impl Store {
         self.flash.is_some() && DEFERRED.with_borrow(|deferred| !deferred.is_empty())
     }
 
-    /// Queues the reads this thread's commands deferred; `wake` is called once a batch of
-    /// them has landed. Returns what was asked for, for `flash_ready`.
+    /// Gives this worker thread a ring of its own for the reads its commands defer (after
+    /// `defer_flash_reads_on_this_thread`): `ask_deferred` then submits them there, and the
+    /// ring's eventfd, which `watch` is given to watch, turns readable as they complete (call
+    /// `land_flash_reads_on_this_thread` then). `wake` is the worker's waker, for reads another
+    /// worker or an I/O thread lands for it. False without a flash tier, where the kernel
+    /// gives no io_uring, or when `watch` fails: reads then go through the I/O threads.
+    pub fn read_flash_on_this_thread(
+        &self,
+        wake: FlashWaker,
+        watch: impl FnOnce(RawFd) -> std::io::Result<()>,
+    ) -> bool {
+        let Some(ring) = self.flash.as_ref().and_then(|f| f.direct_ring(wake)) else {
+            return false;
+        };
+        if let Err(e) = watch(ring.fd()) {
+            tracing::warn!("flash tier: a worker's reads go through the I/O threads: {e}");
+            return false;
+        }
+        DIRECT.set(Some(ring));
+        true
+    }
+
+    /// Lands the reads completed on this worker's ring (its eventfd was readable); the
+    /// commands waiting for them can run again (`flash_ready`).
+    pub fn land_flash_reads_on_this_thread(&self) {
+        let Some(flash) = &self.flash else { return };
+        DIRECT.with_borrow_mut(|direct| {
+            if let Some(direct) = direct {
+                flash.reap(direct);
+            }
+        });
+    }
+
+    /// Starts the reads this thread's commands deferred: on its own ring when it has one,
+    /// else queued for the I/O threads, `wake` called once a batch of them has landed.
+    /// Returns what was asked for, for `flash_ready`.
     pub fn ask_deferred(&self, wake: &FlashWaker) -> Vec<u64> {
         let Some(flash) = &self.flash else {
             return Vec::new();
         };
         let locations = DEFERRED.take();
-        flash.ask(&locations, wake);
+        DIRECT.with_borrow_mut(|direct| match direct {
+            Some(direct) => flash.submit(direct, &locations),
+            None => flash.ask(&locations, wake),
+        });
         locations
     }
 

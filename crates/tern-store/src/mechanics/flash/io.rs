@@ -39,7 +39,7 @@ impl Flash {
     }
 
     /// The low 32 bits of the version of the page `addr` is in, as its records carry it.
-    fn version_at(&self, addr: u64) -> u32 {
+    pub(super) fn version_at(&self, addr: u64) -> u32 {
         self.pages[self.page_of(addr) as usize]
             .version
             .load(Relaxed) as u32
@@ -47,7 +47,7 @@ impl Flash {
 
     /// The record at `addr` from its first block (`buf`), read further when it is longer,
     /// and checked against the page version taken before the read.
-    fn finish_read(
+    pub(super) fn finish_read(
         &self,
         addr: u64,
         version: u32,
@@ -166,7 +166,11 @@ impl Flash {
     }
 
     /// `len` bytes at `addr` if a buffer not yet written holds them.
-    fn read_buffered(&self, addr: u64, len: usize) -> std::io::Result<Option<AlignedBuf>> {
+    pub(super) fn read_buffered(
+        &self,
+        addr: u64,
+        len: usize,
+    ) -> std::io::Result<Option<AlignedBuf>> {
         let w = self.writer.lock();
         let within =
             |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
@@ -191,12 +195,22 @@ impl Flash {
     }
 
     /// Queues reads of the records at `locations` (index entries), `wake` to be called once
-    /// each has landed; a location queued already just gains the waker.
+    /// each has landed; a location queued already, or in flight on a worker's ring, just gains
+    /// the waker.
     pub(crate) fn ask(&self, locations: &[u64], wake: &FlashWaker) {
         let mut reads = self.reads.lock();
         let mut queued = false;
         for &location in locations {
-            if let Some((_, wakers)) = reads.queue.iter_mut().find(|(l, _)| *l == location) {
+            let Reads {
+                in_flight, queue, ..
+            } = &mut *reads;
+            let asking = in_flight.get_mut(&location).or_else(|| {
+                queue
+                    .iter_mut()
+                    .find(|(l, _)| *l == location)
+                    .map(|(_, wakers)| wakers)
+            });
+            if let Some(wakers) = asking {
                 if !wakers.iter().any(|w| Arc::ptr_eq(w, wake)) {
                     wakers.push(wake.clone());
                 }
@@ -216,14 +230,14 @@ impl Flash {
         }
     }
 
-    /// Whether one of `asked` has landed, or none of them is still queued (read, and taken or
-    /// dropped since).
+    /// Whether one of `asked` has landed, or none of them is still queued or in flight on a
+    /// worker's ring (read, and taken or dropped since).
     pub(crate) fn ready(&self, asked: &[u64]) -> bool {
         let reads = self.reads.lock();
         asked.iter().any(|l| reads.landed.contains_key(l))
-            || !asked
-                .iter()
-                .any(|l| reads.queue.iter().any(|(queued, _)| queued == l))
+            || !asked.iter().any(|l| {
+                reads.in_flight.contains_key(l) || reads.queue.iter().any(|(queued, _)| queued == l)
+            })
     }
 
     pub(crate) fn is_landed(&self, location: u64) -> bool {
@@ -253,49 +267,64 @@ impl Flash {
             .map(|(location, _)| self.geometry.addr_of(*location))
             .collect();
         let results = self.read_batch(&addrs);
-        let incoming: usize = results.iter().map(held_by).sum();
-        // Each asker is woken once for the whole batch (a wake is a system call).
-        let mut woken: Vec<FlashWaker> = Vec::new();
-        {
+        let woken = {
             let mut reads = self.reads.lock();
-            // Room is made by dropping what landed before, never this batch: its askers run
-            // again next, and a record dropped before they take it is read again (a multiget
-            // of large items beyond the bound would never end).
-            while reads.landed.len() + batch.len() > LANDED_MAX
-                || reads.landed_bytes + incoming > LANDED_BYTES
-            {
-                let Some(oldest) = reads.landed_order.pop_front() else {
-                    break;
-                };
-                if let Some(read) = reads.landed.remove(&oldest) {
-                    reads.landed_bytes -= held_by(&read);
-                }
-            }
-            for ((location, wakers), read) in batch.into_iter().zip(results) {
-                reads.landed_bytes += held_by(&read);
-                match reads.landed.insert(location, read) {
-                    Some(earlier) => reads.landed_bytes -= held_by(&earlier),
-                    None => reads.landed_order.push_back(location),
-                }
-                for wake in wakers {
-                    if !woken.iter().any(|w| std::sync::Arc::ptr_eq(w, &wake)) {
-                        woken.push(wake);
-                    }
-                }
-            }
-            // Locations taken since they landed leave the order list too, now and then.
-            if reads.landed_order.len() > 2 * LANDED_MAX {
-                let Reads {
-                    landed,
-                    landed_order,
-                    ..
-                } = &mut *reads;
-                landed_order.retain(|l| landed.contains_key(l));
-            }
-        }
+            let batch = batch
+                .into_iter()
+                .zip(results)
+                .map(|((location, wakers), read)| (location, wakers, read))
+                .collect();
+            self.land(&mut reads, batch)
+        };
         for wake in woken {
             wake();
         }
+    }
+
+    /// Lands a batch of reads (location, who asked, what it came to) for the commands' second
+    /// runs; returns who to wake, each once for the whole batch (a wake is a system call).
+    pub(super) fn land(
+        &self,
+        reads: &mut Reads,
+        batch: Vec<(u64, Vec<FlashWaker>, std::io::Result<ReadOutcome>)>,
+    ) -> Vec<FlashWaker> {
+        let incoming: usize = batch.iter().map(|(_, _, read)| held_by(read)).sum();
+        let mut woken: Vec<FlashWaker> = Vec::new();
+        // Room is made by dropping what landed before, never this batch: its askers run
+        // again next, and a record dropped before they take it is read again (a multiget
+        // of large items beyond the bound would never end).
+        while reads.landed.len() + batch.len() > LANDED_MAX
+            || reads.landed_bytes + incoming > LANDED_BYTES
+        {
+            let Some(oldest) = reads.landed_order.pop_front() else {
+                break;
+            };
+            if let Some(read) = reads.landed.remove(&oldest) {
+                reads.landed_bytes -= held_by(&read);
+            }
+        }
+        for (location, wakers, read) in batch {
+            reads.landed_bytes += held_by(&read);
+            match reads.landed.insert(location, read) {
+                Some(earlier) => reads.landed_bytes -= held_by(&earlier),
+                None => reads.landed_order.push_back(location),
+            }
+            for wake in wakers {
+                if !woken.iter().any(|w| Arc::ptr_eq(w, &wake)) {
+                    woken.push(wake);
+                }
+            }
+        }
+        // Locations taken since they landed leave the order list too, now and then.
+        if reads.landed_order.len() > 2 * LANDED_MAX {
+            let Reads {
+                landed,
+                landed_order,
+                ..
+            } = reads;
+            landed_order.retain(|l| landed.contains_key(l));
+        }
+        woken
     }
 }
 

@@ -30,7 +30,8 @@
 //!
 //! Files here: `geometry` (an index entry on flash), `buf` (aligned buffers), `record` (the
 //! record format), `file` (opening a file), `io` (reads, batched, and the reads workers ask
-//! for), `save` (a warm restart); this one: the pages and the write buffers.
+//! for), `direct` (a worker's own ring for its reads), `save` (a warm restart); this one: the
+//! pages and the write buffers.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -45,6 +46,7 @@ use crate::mechanics::error::StoreError;
 use crate::mechanics::flash_config::{FlashConfig, FlashKnobs, FlashPageInfo};
 
 mod buf;
+mod direct;
 mod file;
 mod geometry;
 mod io;
@@ -52,6 +54,7 @@ mod record;
 pub(crate) mod save;
 
 pub(crate) use buf::{AlignedBuf, BLOCK};
+pub(crate) use direct::DirectRing;
 use file::open_file;
 use geometry::ALIGN;
 pub(crate) use geometry::{is_flash, FlashGeometry, MAX_RAM_SEGMENTS};
@@ -193,6 +196,8 @@ pub type FlashWaker = std::sync::Arc<dyn Fn() + Send + Sync>;
 struct Reads {
     /// Locations to read, each with who to wake, in the order asked.
     queue: VecDeque<(u64, Vec<FlashWaker>)>,
+    /// Locations being read on a worker's own ring (`direct.rs`), with who asked.
+    in_flight: std::collections::HashMap<u64, Vec<FlashWaker>>,
     /// What reading each location came to; at most [`LANDED_MAX`] of them and
     /// [`LANDED_BYTES`] besides the last batch, the oldest dropped first (`landed_order`,
     /// where a location taken since is skipped).
@@ -689,6 +694,102 @@ mod tests {
                 assert!(addr % BLOCK as u64 + (RECORD_HEADER + len) as u64 <= BLOCK as u64);
             }
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A worker's own ring reads what the I/O threads would: records on the file land once
+    /// its eventfd turns readable, one in a buffer not yet written lands at once (signalled
+    /// all the same), a record longer than a block goes to the I/O threads' queue, and a
+    /// location another worker asks for meanwhile wakes it when it lands.
+    #[test]
+    fn a_workers_own_ring_lands_its_reads_and_wakes_the_others_that_asked() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = temp_dir("direct");
+        let f = flash(&dir, 4);
+        let sizes = [100, 3000, 20_000, 500];
+        let addrs: Vec<u64> = sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &len)| {
+                f.append(Bucket::Default, len, 0, |out| {
+                    out.copy_from_slice(&item(n, len))
+                })
+                .unwrap()
+            })
+            .collect();
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        // On the file now but the last, which a new buffer holds.
+        let last = f
+            .append(Bucket::Default, 700, 0, |out| {
+                out.copy_from_slice(&item(9, 700))
+            })
+            .unwrap();
+        let locations: Vec<u64> = addrs.iter().map(|&a| f.geometry.pack(a, 0)).collect();
+        let buffered = f.geometry.pack(last, 0);
+        let own_wakes = Arc::new(AtomicUsize::new(0));
+        let counted = own_wakes.clone();
+        let own: FlashWaker = Arc::new(move || {
+            counted.fetch_add(1, Relaxed);
+        });
+        let other_wakes = Arc::new(AtomicUsize::new(0));
+        let counted = other_wakes.clone();
+        let other: FlashWaker = Arc::new(move || {
+            counted.fetch_add(1, Relaxed);
+        });
+        let Some(mut ring) = f.direct_ring(own.clone()) else {
+            // No io_uring here: workers use the I/O threads, tested elsewhere.
+            return;
+        };
+        let readable = |ring: &DirectRing| {
+            let mut fd = libc::pollfd {
+                fd: ring.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the call's length.
+            unsafe { libc::poll(&mut fd, 1, 10_000) == 1 }
+        };
+        f.submit(&mut ring, &[buffered]);
+        assert!(readable(&ring), "a read from a buffer signals at once");
+        assert!(f.is_landed(buffered));
+        f.submit(&mut ring, &locations);
+        // Another worker asks for the same while they are in flight: nothing queued twice.
+        f.ask(&locations[..2], &other);
+        assert!(!f.ready(&locations[..2]) || f.is_landed(locations[0]));
+        let short: Vec<u64> = [0, 1, 3].iter().map(|&i| locations[i]).collect();
+        for _ in 0..1000 {
+            if short.iter().all(|&l| f.is_landed(l)) {
+                break;
+            }
+            assert!(readable(&ring), "every read completes");
+            f.reap(&mut ring);
+        }
+        for (i, &l) in short.iter().enumerate() {
+            let n = [0, 1, 3][i];
+            match f.take_landed(l).unwrap().unwrap() {
+                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
+                _ => panic!("record {n} failed its check"),
+            }
+        }
+        assert!(other_wakes.load(Relaxed) >= 1, "the other asker is woken");
+        assert_eq!(
+            own_wakes.load(Relaxed),
+            0,
+            "the ring's worker wakes by its eventfd"
+        );
+        // The record longer than a block waits for an I/O thread, which reads it whole.
+        assert!(!f.ready(&locations[2..3]));
+        f.serve_reads(std::time::Duration::ZERO);
+        match f.take_landed(locations[2]).unwrap().unwrap() {
+            ReadOutcome::Record(r) => assert_eq!(r.item(), item(2, sizes[2])),
+            _ => panic!("the long record failed its check"),
+        }
+        assert!(
+            own_wakes.load(Relaxed) >= 1,
+            "the I/O thread wakes the ring's worker"
+        );
+        drop(ring);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
