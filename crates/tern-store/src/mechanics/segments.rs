@@ -16,13 +16,12 @@
 //! lock that keeps it free meanwhile.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{
-    fence, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release,
-};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::clock::UnixSecs;
 use super::heap::{GrowError, Heap, PageKind};
 use super::pool::Pool;
+use super::seqlock::reuse_fence;
 
 /// Bits of an item location's byte offset: the largest segment is 1 MiB.
 pub(crate) const OFFSET_BITS: u32 = 20;
@@ -303,6 +302,9 @@ impl Segments {
     /// reserved.
     pub(crate) fn assign(&self, seg: u32, owner: &Owner) {
         set32(&self.meta(seg).owner, owner.id);
+        // The new owner's odd count came before the pool's lock, so it orders nothing of the
+        // freeing writer's: this does, before the new owner writes (see `seqlock`).
+        reuse_fence();
     }
 
     /// Marks `seg` free, an ordinary segment again; called under the pool lock.
@@ -321,10 +323,9 @@ impl Segments {
             set32(&self.meta(seg).head, start);
         }
         set32(&self.meta(start).run_len, len as u32);
-        // The run's writer holds no shard lock, so no odd count orders its writes after the
-        // freeing shard's: this fence does, for readers still copying from the old items
-        // (see `seqlock`).
-        fence(Release);
+        // The run's writer holds no shard lock: this orders its writes after the freeing
+        // writer's odd count, for readers still copying from the old items (see `seqlock`).
+        reuse_fence();
     }
 
     /// The shard that owns `seg`, if one does.

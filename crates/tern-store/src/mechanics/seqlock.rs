@@ -37,8 +37,11 @@
 //!   upgrader; `before == s1` means that unlock was the one `s1` came from.
 //! - A segment that this shard frees may be reused by another shard, or by a large write
 //!   holding no shard lock, while a reader still reads it. Those writes follow the freeing
-//!   shard's odd store (through the pool lock) and a release fence of their own (the new
-//!   owner's odd store, or `Segments::mark_pending_run`'s fence), so the first point applies.
+//!   shard's odd store (through the pool lock) and a release fence of their own after the pool
+//!   gave them the segment ([`reuse_fence`], in `Segments::assign` and
+//!   `Segments::mark_pending_run`), so the first point applies. The fence must come after the
+//!   pool's lock: the new owner's own odd store came before it and orders nothing of the
+//!   freeing writer's (`tests::loom_a_reused_segment_is_never_accepted` fails without it).
 //!
 //! The reader's loads of index slots, overflow counts and item bytes are plain loads through
 //! raw pointers (the bucket's tags compared in SSE registers, each slot read once), racing the
@@ -49,7 +52,8 @@
 //! encoders copy the value and format numbers).
 //!
 //! `loom` checks the protocol (`tests::loom_*`: a reader never accepts half of one write and
-//! half of another; an upgrade with an unchanged count holds the current state);
+//! half of another; an upgrade with an unchanged count holds the current state; a reader never
+//! accepts a segment another shard took from the pool and wrote);
 //! `tests/optimistic_reads.rs` checks the whole store under eviction, and fails when the check
 //! or the undo is broken.
 //!
@@ -72,6 +76,14 @@
 use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// A writer about to write a segment the pool just gave it, which a reader of the shard that
+/// freed it may still be reading: orders the freeing writer's odd count (seen through the pool
+/// lock) before the new bytes (see the module's argument).
+#[inline]
+pub(crate) fn reuse_fence() {
+    fence(Ordering::Release);
+}
 
 /// A shard's sequence count: odd while a lock holder may be changing the shard.
 pub(crate) struct SeqCount(AtomicU64);
@@ -121,7 +133,7 @@ mod tests {
     use loom::sync::{Arc, Mutex};
     use loom::thread;
 
-    use super::SeqCount;
+    use super::{reuse_fence, SeqCount};
 
     /// A value of two words that a writer stores one at a time: a reader that accepts a copy
     /// must see both words of one write.
@@ -219,6 +231,72 @@ mod tests {
                 }
             }
             writer.join().unwrap();
+        });
+    }
+
+    /// A shard frees the segment a reader is reading (its item moved), and another shard takes
+    /// it from the pool and writes it: the reader must never accept the new bytes. Place 0 is
+    /// the old segment (1, 1), place 1 where the item moves (2, 2), 9s the reuser's writes.
+    #[test]
+    fn loom_a_reused_segment_is_never_accepted() {
+        struct Heap {
+            shard: (Mutex<()>, SeqCount),
+            other: (Mutex<()>, SeqCount),
+            slot: AtomicU64,
+            places: [[AtomicU64; 2]; 2],
+            pool: Mutex<Vec<usize>>,
+        }
+        loom::model(|| {
+            let h = Arc::new(Heap {
+                shard: (Mutex::new(()), SeqCount::new()),
+                other: (Mutex::new(()), SeqCount::new()),
+                slot: AtomicU64::new(0),
+                places: [
+                    [AtomicU64::new(1), AtomicU64::new(1)],
+                    [AtomicU64::new(0), AtomicU64::new(0)],
+                ],
+                pool: Mutex::new(Vec::new()),
+            });
+            let mover = {
+                let h = h.clone();
+                thread::spawn(move || {
+                    let _locked = h.shard.0.lock().unwrap();
+                    let before = h.shard.1.begin_write();
+                    h.places[1][0].store(2, Relaxed);
+                    h.places[1][1].store(2, Relaxed);
+                    h.slot.store(1, Relaxed);
+                    // Place 0 holds no live item now: back to the pool.
+                    h.pool.lock().unwrap().push(0);
+                    h.shard.1.end_write(before);
+                })
+            };
+            let reuser = {
+                let h = h.clone();
+                thread::spawn(move || {
+                    let _locked = h.other.0.lock().unwrap();
+                    let before = h.other.1.begin_write();
+                    let taken = h.pool.lock().unwrap().pop();
+                    if let Some(place) = taken {
+                        // `Segments::assign`.
+                        reuse_fence();
+                        h.places[place][0].store(9, Relaxed);
+                        h.places[place][1].store(9, Relaxed);
+                    }
+                    h.other.1.end_write(before);
+                })
+            };
+            if let Some(start) = h.shard.1.begin_read() {
+                let place = h.slot.load(Relaxed) as usize;
+                let copy = [
+                    h.places[place][0].load(Relaxed),
+                    h.places[place][1].load(Relaxed),
+                ];
+                if h.shard.1.validate(start) {
+                    assert!(copy == [1, 1] || copy == [2, 2], "accepted {copy:?}");
+                }
+            }
+            mover.join().unwrap();
+            reuser.join().unwrap();
         });
     }
 }
