@@ -646,12 +646,9 @@ mod tests {
         (0..len).map(|i| (n * 31 + i) as u8).collect()
     }
 
-    #[test]
-    fn records_read_back_from_buffers_and_from_the_file_alike() {
-        let dir = temp_dir("roundtrip");
-        let f = flash(&dir, 4);
-        let sizes = [10, 4000, 4084, 5000, 70_000, 100];
-        let addrs: Vec<u64> = sizes
+    /// Appends `item(n, sizes[n])` for each n; their addresses.
+    fn append_items(f: &Flash, sizes: &[usize]) -> Vec<u64> {
+        sizes
             .iter()
             .enumerate()
             .map(|(n, &len)| {
@@ -660,7 +657,15 @@ mod tests {
                 })
                 .unwrap()
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn records_read_back_from_buffers_and_from_the_file_alike() {
+        let dir = temp_dir("roundtrip");
+        let f = flash(&dir, 4);
+        let sizes = [10, 4000, 4084, 5000, 70_000, 100];
+        let addrs = append_items(&f, &sizes);
         let check = |f: &Flash| {
             for (n, (&addr, &len)) in addrs.iter().zip(&sizes).enumerate() {
                 match f.read(addr).unwrap() {
@@ -707,16 +712,7 @@ mod tests {
         let dir = temp_dir("direct");
         let f = flash(&dir, 4);
         let sizes = [100, 3000, 20_000, 500];
-        let addrs: Vec<u64> = sizes
-            .iter()
-            .enumerate()
-            .map(|(n, &len)| {
-                f.append(Bucket::Default, len, 0, |out| {
-                    out.copy_from_slice(&item(n, len))
-                })
-                .unwrap()
-            })
-            .collect();
+        let addrs = append_items(&f, &sizes);
         f.seal_partial();
         while f.write_one().unwrap() {}
         // On the file now but the last, which a new buffer holds.
