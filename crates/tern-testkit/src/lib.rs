@@ -187,6 +187,28 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// For a failure message: the server's process state (`/proc`'s letter: Z once it has
+    /// exited) and whether its port accepts now, so that a refused connection says whose it was.
+    pub fn describe(&self) -> String {
+        let state = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+            .ok()
+            .and_then(|stat| {
+                let after_name = stat.rsplit(')').next()?;
+                after_name.split_whitespace().next().map(str::to_string)
+            })
+            .unwrap_or_else(|| "gone".to_string());
+        let accepting = if listening(self.port) {
+            "accepting"
+        } else {
+            "not accepting"
+        };
+        format!(
+            "server pid {} (state {state}), port {} {accepting}",
+            self.pid(),
+            self.port
+        )
+    }
+
     /// Sends `signal` (a name such as `TERM` or `INT`) to the server.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
