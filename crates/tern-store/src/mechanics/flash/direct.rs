@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use super::buf::{AlignedBuf, BLOCK};
-use super::record::{ReadOutcome, RECORD_HEADER};
+use super::record::{record_len, ReadOutcome, RECORD_HEADER};
 use super::{Flash, FlashWaker};
 
 /// Reads one ring holds in flight; more wait in the I/O threads' queue.
@@ -145,20 +145,10 @@ impl Flash {
         let mut landed = Vec::new();
         for location in to_read {
             let addr = self.geometry.addr_of(location);
-            let version = self.version_at(addr);
-            let block = addr - addr % BLOCK as u64;
-            let buf = match self.read_buffered(block, BLOCK) {
-                Ok(Some(buf)) => {
-                    landed.push((location, self.finish_read(addr, version, buf)));
-                    continue;
-                }
-                Ok(None) => AlignedBuf::new(BLOCK),
-                Err(e) => Err(e),
-            };
-            let mut buf = match buf {
-                Ok(buf) => buf,
-                Err(e) => {
-                    landed.push((location, Err(e)));
+            let (version, mut buf) = match self.start_read(addr) {
+                (version, Ok(buf)) => (version, buf),
+                (_, Err(done)) => {
+                    landed.push((location, done));
                     continue;
                 }
             };
@@ -173,15 +163,7 @@ impl Flash {
                     continue;
                 }
             };
-            let (file, at) = self.file_at(block);
-            let read = io_uring::opcode::Read::new(
-                io_uring::types::Fd(file.as_raw_fd()),
-                buf.as_mut_ptr(),
-                BLOCK as u32,
-            )
-            .offset(at)
-            .build()
-            .user_data(index as u64);
+            let read = self.block_read(addr, &mut buf, index as u64);
             // SAFETY: the buffer moves into `in_flight` (its heap memory stays put) and is
             // freed only once the read completed (`reap`, or the ring's drop waiting for it);
             // the file lives as long as `self`, which outlives every worker.
@@ -286,6 +268,5 @@ impl Flash {
 /// Where the record a read's first block starts ends, in the block's bytes.
 fn record_end(read: &InFlight) -> usize {
     let skip = (read.addr % BLOCK as u64) as usize;
-    let len = u32::from_le_bytes(read.buf[skip + 4..skip + 8].try_into().expect("4 bytes"));
-    skip + RECORD_HEADER + len as usize
+    skip + RECORD_HEADER + record_len(&read.buf, skip)
 }

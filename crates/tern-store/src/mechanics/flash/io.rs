@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::buf::{AlignedBuf, BLOCK};
-use super::record::{check_record, ReadOutcome, RECORD_HEADER};
+use super::record::{check_record, record_len, ReadOutcome, RECORD_HEADER};
 use super::{bump, Flash, FlashWaker, Reads, LANDED_BYTES, LANDED_MAX};
 
 /// Reads one io_uring submission holds at most.
@@ -25,21 +25,58 @@ impl Flash {
     /// one aligned read (two for a record larger than what the first brought).
     pub(crate) fn read(&self, addr: u64) -> std::io::Result<ReadOutcome> {
         let version = self.version_at(addr);
-        let block = addr - addr % BLOCK as u64;
-        let buf = match self.read_buffered(block, BLOCK)? {
-            Some(buf) => buf,
-            None => {
-                let mut buf = AlignedBuf::new(BLOCK)?;
-                let (file, at) = self.file_at(block);
-                file.read_exact_at(&mut buf[..BLOCK], at)?;
-                buf
-            }
-        };
+        let buf = self.read_blocks(block_of(addr), BLOCK)?;
         self.finish_read(addr, version, buf)
     }
 
+    /// `len` bytes from `block` on: from a buffer not yet written, else one aligned `pread`.
+    fn read_blocks(&self, block: u64, len: usize) -> std::io::Result<AlignedBuf> {
+        if let Some(buf) = self.read_buffered(block, len)? {
+            return Ok(buf);
+        }
+        let mut buf = AlignedBuf::new(len)?;
+        let (file, at) = self.file_at(block);
+        file.read_exact_at(&mut buf[..len], at)?;
+        Ok(buf)
+    }
+
+    /// How a read of the record at `addr` starts: done already (its first block is in a
+    /// buffer not yet written, or no buffer could be had), or a buffer for that block to be
+    /// read from the file through a ring (`block_read`); with the page version to check it by.
+    pub(super) fn start_read(
+        &self,
+        addr: u64,
+    ) -> (u32, Result<AlignedBuf, std::io::Result<ReadOutcome>>) {
+        let version = self.version_at(addr);
+        let started = match self.read_buffered(block_of(addr), BLOCK) {
+            Ok(Some(buf)) => Err(self.finish_read(addr, version, buf)),
+            Ok(None) => AlignedBuf::new(BLOCK).map_err(Err),
+            Err(e) => Err(Err(e)),
+        };
+        (version, started)
+    }
+
+    /// The io_uring read of the block at `addr` into `buf` (a block long), tagged `user_data`.
+    /// The caller keeps `buf` alive and in place until its completion is reaped.
+    pub(super) fn block_read(
+        &self,
+        addr: u64,
+        buf: &mut AlignedBuf,
+        user_data: u64,
+    ) -> io_uring::squeue::Entry {
+        let (file, at) = self.file_at(block_of(addr));
+        io_uring::opcode::Read::new(
+            io_uring::types::Fd(file.as_raw_fd()),
+            buf.as_mut_ptr(),
+            BLOCK as u32,
+        )
+        .offset(at)
+        .build()
+        .user_data(user_data)
+    }
+
     /// The low 32 bits of the version of the page `addr` is in, as its records carry it.
-    pub(super) fn version_at(&self, addr: u64) -> u32 {
+    fn version_at(&self, addr: u64) -> u32 {
         self.pages[self.page_of(addr) as usize]
             .version
             .load(Relaxed) as u32
@@ -53,24 +90,14 @@ impl Flash {
         version: u32,
         mut buf: AlignedBuf,
     ) -> std::io::Result<ReadOutcome> {
-        let block = addr - addr % BLOCK as u64;
-        let skip = (addr - block) as usize;
-        let len = u32::from_le_bytes(buf[skip + 4..skip + 8].try_into().expect("4 bytes")) as usize;
+        let skip = (addr % BLOCK as u64) as usize;
+        let len = record_len(&buf, skip);
         let end = skip + RECORD_HEADER + len;
         if len == 0 || end > self.wbuf_size.max(BLOCK) + BLOCK {
             return Ok(ReadOutcome::Stale);
         }
         if end > BLOCK {
-            let whole = end.next_multiple_of(BLOCK);
-            buf = match self.read_buffered(block, whole)? {
-                Some(buf) => buf,
-                None => {
-                    let mut buf = AlignedBuf::new(whole)?;
-                    let (file, at) = self.file_at(block);
-                    file.read_exact_at(&mut buf[..whole], at)?;
-                    buf
-                }
-            };
+            buf = self.read_blocks(block_of(addr), end.next_multiple_of(BLOCK))?;
         }
         bump(&self.counters.objects_read, 1);
         bump(&self.counters.bytes_read, (RECORD_HEADER + len) as u64);
@@ -98,30 +125,17 @@ impl Flash {
         ring: &mut io_uring::IoUring,
         addrs: &[u64],
     ) -> Vec<std::io::Result<ReadOutcome>> {
-        use io_uring::{opcode, types};
         let mut results: Vec<Option<std::io::Result<ReadOutcome>>> =
             addrs.iter().map(|_| None).collect();
         let mut pending: Vec<(usize, u32, AlignedBuf)> = Vec::with_capacity(addrs.len());
         for (i, &addr) in addrs.iter().enumerate() {
-            let version = self.version_at(addr);
-            let block = addr - addr % BLOCK as u64;
-            match self.read_buffered(block, BLOCK) {
-                Ok(Some(buf)) => results[i] = Some(self.finish_read(addr, version, buf)),
-                Ok(None) => match AlignedBuf::new(BLOCK) {
-                    Ok(buf) => pending.push((i, version, buf)),
-                    Err(e) => results[i] = Some(Err(e)),
-                },
-                Err(e) => results[i] = Some(Err(e)),
+            match self.start_read(addr) {
+                (version, Ok(buf)) => pending.push((i, version, buf)),
+                (_, Err(done)) => results[i] = Some(done),
             }
         }
         for (n, (i, _, buf)) in pending.iter_mut().enumerate() {
-            let block = addrs[*i] - addrs[*i] % BLOCK as u64;
-            let (file, at) = self.file_at(block);
-            let read =
-                opcode::Read::new(types::Fd(file.as_raw_fd()), buf.as_mut_ptr(), BLOCK as u32)
-                    .offset(at)
-                    .build()
-                    .user_data(n as u64);
+            let read = self.block_read(addrs[*i], buf, n as u64);
             // SAFETY: the buffer (`pending`, not touched until every completion is reaped
             // below) and the file (`self`) outlive the read.
             if unsafe { ring.submission().push(&read) }.is_err() {
@@ -166,11 +180,7 @@ impl Flash {
     }
 
     /// `len` bytes at `addr` if a buffer not yet written holds them.
-    pub(super) fn read_buffered(
-        &self,
-        addr: u64,
-        len: usize,
-    ) -> std::io::Result<Option<AlignedBuf>> {
+    fn read_buffered(&self, addr: u64, len: usize) -> std::io::Result<Option<AlignedBuf>> {
         let w = self.writer.lock();
         let within =
             |start: u64, held: usize| addr >= start && addr + len as u64 <= start + held as u64;
@@ -334,4 +344,9 @@ fn held_by(read: &std::io::Result<ReadOutcome>) -> usize {
         Ok(ReadOutcome::Record(record)) => record.held(),
         _ => 0,
     }
+}
+
+/// The block `addr` lies in.
+pub(super) fn block_of(addr: u64) -> u64 {
+    addr - addr % BLOCK as u64
 }

@@ -34,6 +34,11 @@ pub(crate) enum ReadOutcome {
     Stale,
 }
 
+/// The item length a record's header at `at` in `bytes` gives (0 marks padding).
+pub(crate) fn record_len(bytes: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes")) as usize
+}
+
 /// The record at `skip` in `buf`, if its CRC and version hold.
 pub(crate) fn check_record(buf: AlignedBuf, skip: usize, version: u32) -> ReadOutcome {
     let header = &buf[skip..skip + RECORD_HEADER];
@@ -62,7 +67,7 @@ pub(crate) fn records_in(chunk: &[u8], version: u32) -> impl Iterator<Item = (us
         if at + RECORD_HEADER > chunk.len() {
             return None;
         }
-        let len = u32::from_le_bytes(chunk[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        let len = record_len(chunk, at);
         if len == 0 {
             at = (at + 1).next_multiple_of(BLOCK);
             continue;
