@@ -110,9 +110,14 @@ impl<'a> Ops<'a> {
     /// for a flash read is not recorded: it runs again.
     #[inline(always)]
     fn record(&self, cmd: Cmd, outcome: Outcome) {
-        if self.deferred(outcome) {
-            return;
+        if !self.deferred(outcome) {
+            self.count(cmd, outcome);
         }
+    }
+
+    /// [`Ops::record`] for a request known not to be deferred.
+    #[inline(always)]
+    fn count(&self, cmd: Cmd, outcome: Outcome) {
         self.worker.metrics.count(cmd, outcome);
         self.worker.batch.add(cmd);
     }
@@ -177,14 +182,14 @@ impl<'a> Ops<'a> {
         }
     }
 
-    /// Records a retrieval of `key` that came to `found`. A hit, the common case, records a
-    /// constant outcome and asks nothing about flash; a miss, which may be a deferral, is out
-    /// of line.
+    /// Records a retrieval of `key` that came to `found`. A hit, the common case, counts a
+    /// constant outcome and asks nothing about flash (a deferral ends as a miss); a miss,
+    /// which may be a deferral, is out of line.
     #[inline(always)]
     fn record_lookup<R>(&self, cmd: Cmd, found: &Result<R, Miss>, key: &[u8]) {
         match found {
             Ok(_) => {
-                self.record_key(cmd, Outcome::Hit, key);
+                self.count_key(cmd, Outcome::Hit, key);
                 self.prefix_lookup(cmd, key, true);
             }
             Err(miss) => self.record_miss(cmd, *miss, key),
@@ -203,17 +208,22 @@ impl<'a> Ops<'a> {
             Miss::Expired => Outcome::Expired,
             Miss::Flushed => Outcome::Flushed,
         };
-        self.record_key(cmd, outcome, key);
+        self.count_key(cmd, outcome, key);
         self.prefix_lookup(cmd, key, false);
     }
 
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.
     #[inline(always)]
     fn record_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
-        if self.deferred(outcome) {
-            return;
+        if !self.deferred(outcome) {
+            self.count_key(cmd, outcome, key);
         }
-        self.record(cmd, outcome);
+    }
+
+    /// [`Ops::record_key`] for a request known not to be deferred.
+    #[inline(always)]
+    fn count_key(&self, cmd: Cmd, outcome: Outcome, key: &[u8]) {
+        self.count(cmd, outcome);
         self.worker.hot_keys.record(key);
     }
 

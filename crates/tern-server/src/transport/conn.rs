@@ -251,17 +251,17 @@ impl Conn {
         self.unsent() > 0 || self.stream.pending_output()
     }
 
-    /// A get stopped between its keys is still to finish.
     /// Whether the connection waits for flash reads (see `Progress::awaiting_flash`).
     pub fn awaiting_flash(&self) -> bool {
         !self.awaiting_flash.is_empty()
     }
 
     /// Whether a connection waiting for flash reads should be driven again now.
-    pub fn flash_ready(&self, ops: &Ops<'_>) -> bool {
+    fn flash_ready(&self, ops: &Ops<'_>) -> bool {
         ops.flash_ready(&self.awaiting_flash)
     }
 
+    /// A get stopped between its keys is still to finish.
     pub fn resuming(&self) -> bool {
         self.resuming
     }
@@ -678,6 +678,21 @@ fn socket_has_input(stream: &Stream) -> bool {
         Stream::Tls(s) => peek(&s.tcp),
         Stream::Ring(io) => io.unread() > 0 || socket_has_input(&io.socket),
     }
+}
+
+/// Takes out of `waiting` (a worker's connections that wait for flash reads, by index; `conn_at`
+/// finds each) those to drive again now that a read landed; one gone is among them (driving
+/// its slot finds nothing). The rest stay, to wait again.
+pub fn ready_after_flash<'c>(
+    waiting: &mut Vec<usize>,
+    ops: &Ops<'_>,
+    conn_at: impl Fn(usize) -> Option<&'c Conn>,
+) -> Vec<usize> {
+    let (ready, still): (Vec<usize>, Vec<usize>) = std::mem::take(waiting)
+        .into_iter()
+        .partition(|&idx| conn_at(idx).is_none_or(|conn| conn.flash_ready(ops)));
+    *waiting = still;
+    ready
 }
 
 #[cfg(test)]

@@ -272,16 +272,10 @@ impl Worker {
                 // A flash read landed (or the main thread called): the connections that
                 // wait for one run their request again (one still unread waits again).
                 let ops = Ops::new(&self.shared, self.id);
-                let (ready, waiting): (Vec<usize>, Vec<usize>) =
-                    std::mem::take(&mut self.awaiting_flash)
-                        .into_iter()
-                        .partition(|&idx| {
-                            self.conns
-                                .get(idx)
-                                .and_then(Option::as_ref)
-                                .is_none_or(|conn| conn.flash_ready(&ops))
-                        });
-                self.awaiting_flash = waiting;
+                let conns = &self.conns;
+                let ready = conn::ready_after_flash(&mut self.awaiting_flash, &ops, |idx| {
+                    conns.get(idx).and_then(Option::as_ref)
+                });
                 for idx in ready {
                     self.drive(idx);
                 }

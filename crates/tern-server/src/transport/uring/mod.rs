@@ -617,16 +617,10 @@ impl Engine {
             // A flash read landed (or the main thread called): the connections that wait
             // for one run their request again (one still unread waits again).
             let ops = Ops::new(&self.shared, self.id);
-            let (ready, waiting): (Vec<usize>, Vec<usize>) =
-                std::mem::take(&mut self.awaiting_flash)
-                    .into_iter()
-                    .partition(|&idx| {
-                        self.slots
-                            .get(idx)
-                            .and_then(|slot| slot.conn.as_ref())
-                            .is_none_or(|conn| conn.flash_ready(&ops))
-                    });
-            self.awaiting_flash = waiting;
+            let slots = &self.slots;
+            let ready = conn::ready_after_flash(&mut self.awaiting_flash, &ops, |idx| {
+                slots.get(idx).and_then(|slot| slot.conn.as_ref())
+            });
             for idx in ready {
                 self.mark(idx);
             }
