@@ -154,11 +154,17 @@ fn fill(server: &ServerProcess, keys: std::ops::Range<u32>) {
     panic!("items stayed in memory");
 }
 
+/// The `VALUE` lines of a get of `keys` (`key:N`, values `value_of`), without `END`.
 fn get_reply(keys: &[u32]) -> Vec<u8> {
+    value_lines("key", keys, value_of)
+}
+
+/// The `VALUE` lines for `{prefix}:N` of each of `keys`, whose values `value` makes.
+fn value_lines(prefix: &str, keys: &[u32], value: impl Fn(u32) -> Vec<u8>) -> Vec<u8> {
     let mut reply = Vec::new();
     for &n in keys {
-        let value = value_of(n);
-        reply.extend_from_slice(format!("VALUE key:{n} 0 {}\r\n", value.len()).as_bytes());
+        let value = value(n);
+        reply.extend_from_slice(format!("VALUE {prefix}:{n} 0 {}\r\n", value.len()).as_bytes());
         reply.extend_from_slice(&value);
         reply.extend_from_slice(b"\r\n");
     }
@@ -268,21 +274,17 @@ fn large_value_of(n: u32) -> Vec<u8> {
     v
 }
 
+/// The whole reply to a get of `keys` (`big:N`, values `large_value_of`).
 fn large_reply(keys: &[u32]) -> Vec<u8> {
-    let mut reply = Vec::new();
-    for &n in keys {
-        let value = large_value_of(n);
-        reply.extend_from_slice(format!("VALUE big:{n} 0 {}\r\n", value.len()).as_bytes());
-        reply.extend_from_slice(&value);
-        reply.extend_from_slice(b"\r\n");
-    }
+    let mut reply = value_lines("big", keys, large_value_of);
     reply.extend_from_slice(b"END\r\n");
     reply
 }
 
 /// Items larger than a segment go to flash as memcached's chunked items go to extstore (its
 /// bucket 2), whole in one record of many blocks, and every get reads them back through the
-/// I/O threads: one key, a multiget, the binary protocol, and a recache into memory.
+/// deferred reads (the rest of each record read by an I/O thread): one key, a multiget, the
+/// binary protocol, and a recache into memory.
 #[test]
 fn items_larger_than_a_segment_are_served_from_flash() {
     let dir = Scratch::new("large");
