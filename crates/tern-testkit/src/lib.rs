@@ -104,7 +104,9 @@ impl ServerProcess {
 
     fn tern_behind_tls_relay(port: u16, args: &[&str]) -> ServerProcess {
         static CERTS: std::sync::OnceLock<tls::Certs> = std::sync::OnceLock::new();
-        let certs = CERTS.get_or_init(tls::Certs::generate);
+        // Beside the binary under test, not in the temp directory: see `Certs::shared`.
+        let certs =
+            CERTS.get_or_init(|| tls::Certs::shared(&tern_bin().with_file_name("tern-tls-relay")));
         let inner = free_port();
         let mut cmd = Command::new(tern_bin());
         cmd.arg("serve")

@@ -17,9 +17,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-/// PEM files in a directory of their own (removed on drop).
+/// PEM files in a directory of their own (removed on drop, unless shared).
 pub struct Certs {
     pub dir: PathBuf,
+    /// Made for this value alone, so removed with it.
+    owned: bool,
 }
 
 impl Certs {
@@ -32,33 +34,27 @@ impl Certs {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ca = new_ca("tern test CA");
-        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-        let server = ["localhost".to_string(), "127.0.0.1".to_string()];
-        leaf(
-            &dir,
-            "server",
-            &ca,
-            &server,
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        leaf(
-            &dir,
-            "client",
-            &ca,
-            &[],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        let rogue_ca = new_ca("another CA");
-        leaf(
-            &dir,
-            "rogue",
-            &rogue_ca,
-            &[],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        Certs { dir }
+        write_certs(&dir);
+        Certs { dir, owned: true }
+    }
+
+    /// The certificates in `dir`, made there by the first process that asks and kept for every
+    /// later one: for a process-wide set (a static is never dropped, so a directory of its own
+    /// would be left in the temp directory at every run). A new set is written aside and renamed
+    /// into place, so a process never reads half of one.
+    pub fn shared(dir: &Path) -> Certs {
+        if !dir.join("rogue.key").exists() {
+            let aside = dir.with_extension(format!("new-{}", std::process::id()));
+            write_certs(&aside);
+            // Another process may have put its set there first: then that one is used.
+            if std::fs::rename(&aside, dir).is_err() {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+        }
+        Certs {
+            dir: dir.to_path_buf(),
+            owned: false,
+        }
     }
 
     pub fn path(&self, name: &str) -> String {
@@ -108,8 +104,34 @@ impl Certs {
 
 impl Drop for Certs {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
+}
+
+/// A CA and the three certificates of [`Certs::generate`] into `dir`.
+fn write_certs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ca = new_ca("tern test CA");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    let server = ["localhost".to_string(), "127.0.0.1".to_string()];
+    leaf(
+        dir,
+        "server",
+        &ca,
+        &server,
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    leaf(dir, "client", &ca, &[], ExtendedKeyUsagePurpose::ClientAuth);
+    let rogue_ca = new_ca("another CA");
+    leaf(
+        dir,
+        "rogue",
+        &rogue_ca,
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
 }
 
 fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
