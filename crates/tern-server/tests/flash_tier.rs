@@ -135,10 +135,20 @@ fn flash_server(dir: &Scratch, extra: &[&str]) -> ServerProcess {
 /// Stores the values of `keys` (2,400 are three times the heap), waits until flash holds all
 /// it will take.
 fn fill(server: &ServerProcess, keys: std::ops::Range<u32>) {
+    fill_with(server, "key", keys, value_of);
+}
+
+/// [`fill`] with keys `{prefix}:N` and the values `value` makes.
+fn fill_with(
+    server: &ServerProcess,
+    prefix: &str,
+    keys: std::ops::Range<u32>,
+    value: impl Fn(u32) -> Vec<u8>,
+) {
     let mut conn = server.connect();
     for n in keys {
-        let value = value_of(n);
-        let mut request = format!("set key:{n} 0 0 {}\r\n", value.len()).into_bytes();
+        let value = value(n);
+        let mut request = format!("set {prefix}:{n} 0 0 {}\r\n", value.len()).into_bytes();
         request.extend_from_slice(&value);
         request.extend_from_slice(b"\r\n");
         conn.expect(&request, b"STORED\r\n");
@@ -232,6 +242,40 @@ fn items_beyond_memory_are_served_from_flash_by_every_get() {
     let reply = tern_testkit::binary::Reply::read(&mut conn.stream).unwrap();
     assert_eq!(reply.status, 0);
     assert_eq!(reply.value, value_of(500));
+}
+
+#[test]
+fn pipelined_gets_beyond_a_read_buffer_are_all_answered_from_flash() {
+    // More get lines than a connection's read buffer (16 KiB) holds, each waiting for its
+    // item's flash read: the server reads the rest of them from the socket as it goes, no
+    // readiness edge announcing them after the first.
+    // The values are small enough that the replies never fill the socket (whose writable
+    // edges would drive the connection, reading, on their own), and `-R` lets no turn stop
+    // early (a connection that yields is driven again, reading).
+    let dir = Scratch::new("pipelined");
+    let server = flash_server(&dir, &["-R", "100000"]);
+    let small_value = |n: u32| {
+        let mut v = format!("small-{n}:").into_bytes();
+        v.resize(600, b'v');
+        v
+    };
+    fill_with(&server, "small", 0..2_000, small_value);
+    let keys: Vec<u32> = (0..1_500).map(|i| i * 7 % 2_000).collect();
+    let mut request = Vec::new();
+    let mut want = Vec::new();
+    for &n in &keys {
+        request.extend_from_slice(format!("get small:{n}\r\n").as_bytes());
+        want.extend_from_slice(&value_lines("small", &[n], small_value));
+        want.extend_from_slice(b"END\r\n");
+    }
+    assert!(request.len() > 16 * 1024);
+    let mut conn = server.connect();
+    conn.expect(&request, &want);
+    let stats = conn.stats("stats\r\n");
+    assert!(
+        stats["get_extstore"].parse::<u64>().unwrap() > 1_000,
+        "{stats:?}"
+    );
 }
 
 #[test]

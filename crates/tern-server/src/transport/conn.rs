@@ -324,6 +324,30 @@ impl Conn {
     /// Reads what the socket has, serves up to `-R` requests, and writes the replies,
     /// borrowing buffers from `pool` where it holds none.
     pub fn drive(&mut self, ops: &Ops<'_>, limits: &Limits, pool: &mut BufferPool) -> Drive {
+        self.drive_reading::<true>(ops, limits, pool)
+    }
+
+    /// `drive` once a flash read the connection waited for has landed, without reading the
+    /// socket: what came while it waited raised a readiness edge of its own and was read
+    /// then, so a read now would only say WouldBlock, a system call for each such request.
+    /// (A read that stopped at a full buffer left more in the socket, no edge to announce it:
+    /// that drive asked to be driven `again`, which reads.)
+    pub fn drive_after_flash(
+        &mut self,
+        ops: &Ops<'_>,
+        limits: &Limits,
+        pool: &mut BufferPool,
+    ) -> Drive {
+        self.drive_reading::<false>(ops, limits, pool)
+    }
+
+    #[inline(always)]
+    fn drive_reading<const READ: bool>(
+        &mut self,
+        ops: &Ops<'_>,
+        limits: &Limits,
+        pool: &mut BufferPool,
+    ) -> Drive {
         // Replies left from an earlier turn go first. Usually there are none (every turn's
         // replies leave with its flush), and then the call is skipped: it costs an unpipelined
         // request ~30 instructions.
@@ -360,7 +384,7 @@ impl Conn {
             };
         }
         let mut buffer_full = false;
-        if !self.peer_closed && !self.close_after_write {
+        if READ && !self.peer_closed && !self.close_after_write {
             match self.fill(ops, pool) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,

@@ -278,7 +278,7 @@ impl Worker {
                     conns.get(idx).and_then(Option::as_ref)
                 });
                 for idx in ready {
-                    self.drive(idx);
+                    self.drive_with(idx, Conn::drive_after_flash);
                 }
             }
             // Looked at before taking: taking an empty list still writes it back (~15
@@ -515,6 +515,17 @@ impl Worker {
     }
 
     fn drive(&mut self, idx: usize) {
+        self.drive_with(idx, Conn::drive);
+    }
+
+    /// Drives connection `idx` through `drive` (`Conn::drive`, or `Conn::drive_after_flash`
+    /// when a flash read it waited for landed) and acts on what it asks for.
+    #[inline(always)]
+    fn drive_with(
+        &mut self,
+        idx: usize,
+        drive: impl FnOnce(&mut Conn, &Ops<'_>, &Limits, &mut BufferPool) -> Drive,
+    ) {
         let ops = Ops::new(&self.shared, self.id);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -523,7 +534,7 @@ impl Worker {
         let (fd, last_cmd) = &self.activity[idx];
         ops.worker.serving_fd.store(*fd, Ordering::Relaxed);
         last_cmd.store(self.shared.store.clock().now(), Ordering::Relaxed);
-        let drive = conn.drive(&ops, &self.limits, &mut self.buffers);
+        let drive = drive(conn, &ops, &self.limits, &mut self.buffers);
         if !conn.listed && conn.holds_buffers() {
             conn.listed = true;
             self.holders.push(idx);
