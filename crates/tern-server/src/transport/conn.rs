@@ -74,6 +74,9 @@ pub struct Conn {
     /// When the batch whose request waits for flash began: that request's latency counts
     /// from there, its wait included.
     waiting_since: Option<u64>,
+    /// While it waits for flash: its last read stopped at a full buffer, so the socket may
+    /// hold more that no readiness edge will announce; the drive after the read reads it.
+    read_after_flash: bool,
     peer_closed: bool,
     /// Already in the worker's queue of connections to serve again.
     pub queued: bool,
@@ -195,6 +198,7 @@ impl Conn {
             resuming: false,
             awaiting_flash: Vec::new(),
             waiting_since: None,
+            read_after_flash: false,
             peer_closed: false,
             queued: false,
             listed: false,
@@ -328,10 +332,9 @@ impl Conn {
     }
 
     /// `drive` once a flash read the connection waited for has landed, without reading the
-    /// socket: what came while it waited raised a readiness edge of its own and was read
-    /// then, so a read now would only say WouldBlock, a system call for each such request.
-    /// (A read that stopped at a full buffer left more in the socket, no edge to announce it:
-    /// that drive asked to be driven `again`, which reads.)
+    /// socket (unless its last read filled the buffer): what came while it waited raised a
+    /// readiness edge of its own and was read then, so a read now would only say WouldBlock,
+    /// a system call for each such request.
     pub fn drive_after_flash(
         &mut self,
         ops: &Ops<'_>,
@@ -384,7 +387,7 @@ impl Conn {
             };
         }
         let mut buffer_full = false;
-        if READ && !self.peer_closed && !self.close_after_write {
+        if (READ || self.read_after_flash) && !self.peer_closed && !self.close_after_write {
             match self.fill(ops, pool) {
                 Ok(full) => buffer_full = full,
                 Err(_) => return Drive::Close,
@@ -397,9 +400,6 @@ impl Conn {
         let started = self.waiting_since.take().or(started);
         self.ensure_wbuf(pool);
         let served = self.serve(ops, limits, pool);
-        if self.awaiting_flash() {
-            self.waiting_since = started;
-        }
         let flushed = served.is_some() && self.flush(ops).is_ok();
         if let Some(started) = started {
             // The same read serves -o idle_timeout: input came in this turn.
@@ -409,8 +409,16 @@ impl Conn {
         let Some(yielded) = served.filter(|_| flushed) else {
             return Drive::Close;
         };
-        let unfinished = self.resuming || self.awaiting_flash();
-        if (self.close_after_write && !unfinished) || (self.peer_closed && !yielded && !unfinished)
+        if self.awaiting_flash() {
+            // Neither closed nor driven again before the read lands (the worker drives it
+            // then): its request is unfinished. A read that filled the buffer may have left
+            // input in the socket: it is read then (not by driving the connection until then).
+            self.waiting_since = started;
+            self.read_after_flash = buffer_full;
+            return Drive::Open { again: false };
+        }
+        if (self.close_after_write && !self.resuming)
+            || (self.peer_closed && !yielded && !self.resuming)
         {
             // memcached closes on EOF; what the client sent before it is answered first.
             self.close_after_write = true;
