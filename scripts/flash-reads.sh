@@ -5,7 +5,7 @@
 #   TERN=target/release/tern DURATION=15s scripts/flash-reads.sh
 #
 # 1. fio: random 4 KiB O_DIRECT reads through io_uring of a 4 GiB file in DIR, one job at
-#    queue depth 1 (what one request at a time can have) and at depth 32 (what the device can
+#    queue depth 1 (what one request at a time can have), 32 and 128 (what the device can
 #    have), for DURATION each: IOPS and p99 latency.
 # 2. tern with `-m 64` and a 4 GiB flash file in DIR, one worker thread and two flash I/O
 #    threads, holding 16 x -m of 3,500-byte values (one block each), preloaded at 20,000 sets/s
@@ -14,7 +14,9 @@
 #      another), uniform keys: throughput, latency (client side, and the server's own from
 #      its admin endpoint's /stats), and the share of gets served from flash (tern bench's
 #      `server gets` line);
-#    - closed loop, 32 connections: the most it carries, against fio's depth-32 IOPS.
+#    - closed loop, 32 connections: the most it carries, against fio's depth-32 IOPS;
+#    - closed loop, 32 connections of multigets of 8 keys (up to 256 reads in flight): the
+#      most flash reads it carries, against fio's depth-128 IOPS.
 # Prints fio's and tern bench's own output. Long (a few minutes); not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,7 @@ print("iops %.0f p50_us %.0f p99_us %.0f" % (job["iops"], p["50.000000"] / 1e3, 
 echo "== fio, $dir, $(date -u +%Y-%m-%dT%H:%MZ)"
 fio1=$(fio_run 1); echo "depth 1:  $fio1"
 fio32=$(fio_run 32); echo "depth 32: $fio32"
+fio128=$(fio_run 128); echo "depth 128: $fio128"
 rm -f "$work/fio.dat"
 iops1=$(echo "$fio1" | awk '{print $2}')
 
@@ -49,9 +52,9 @@ admin=$(free_port)
   --admin-port "$admin" > "$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.1; done
-bench=("$tern" bench -s "127.0.0.1:$port" --key-space-factor 16 -v 3500 -m get:1 --seed 1)
+bench=("$tern" bench -s "127.0.0.1:$port" --key-space-factor 16 -v 3500 --seed 1)
 echo "== tern ($("$tern" --version)), open loop at 70 % of fio's depth-1 IOPS"
-"${bench[@]}" --preload-rate 20000 --settle 60s -c 64 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
+"${bench[@]}" -m get:1 --preload-rate 20000 --settle 60s -c 64 -r "$(( iops1 * 7 / 10 ))" -d "$duration"
 # The server's own latency of the gets so far (the open loop's: the preload only sets), from
 # when a batch's request was read to when its replies were written, flash waits included.
 python3 -c '
@@ -61,4 +64,6 @@ print("server side, get: %d requests, p50 <= %s us, p99 <= %s us, p99.9 <= %s us
     get["count"], get["p50_us_at_most"], get["p99_us_at_most"], get["p999_us_at_most"]))' \
   "http://127.0.0.1:$admin/stats"
 echo "== tern, closed loop, 32 connections"
-"${bench[@]}" --no-preload -c 32 -d "$duration"
+"${bench[@]}" -m get:1 --no-preload -c 32 -d "$duration"
+echo "== tern, closed loop, 32 connections, multigets of 8 keys"
+"${bench[@]}" --no-preload -c 32 -m multiget:1 --multiget 8 -d "$duration"
