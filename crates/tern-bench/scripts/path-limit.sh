@@ -4,7 +4,8 @@
 # `tern bench`, rounds alternated, medians and ratios printed. Each server runs with one worker
 # thread on core 0, the generator on core 1.
 #
-#   [SHAPE="-c 50 -p 1 -r 20000"] [KEYS=10000] [MEMCACHED=path] crates/tern-bench/scripts/path-limit.sh \
+#   [SHAPE="-c 50 -p 1 -r 20000"] [KEYS=10000] [MEMCACHED=path] [TERN=path] \
+#     crates/tern-bench/scripts/path-limit.sh \
 #     [ROUNDS] [SECONDS] [extra tern bench args...]
 #
 # Default workload: the README's headline (SHAPE "-c 32 -p 16": 32 connections x pipeline 16;
@@ -12,7 +13,8 @@
 # items stay in the caches). SHAPE="-c 50 -p 1 -r 20000" is the unpipelined,
 # open-loop shape. Extra args are added to the tern bench command line (not ones it already
 # has: clap refuses a flag given twice). The responder answers gets with a value of the size
-# given by VALUE_BYTES (default 256).
+# given by VALUE_BYTES (default 256). TERN= serves another tern build (a baseline); the load
+# generator is always this checkout's.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-5}
@@ -28,7 +30,7 @@ cargo build --release -q -p tern-bench --example path_limit_responder
 source crates/tern-bench/scripts/servers.sh
 m_port=$(free_port); t_port=$(free_port); r_port=$(free_port)
 start "$m_port" "${MEMCACHED:-memcached}" -u root -U 0 -t 1 -m 1024 -p "$m_port" -l 127.0.0.1
-start "$t_port" "$target/tern" serve -t 1 -m 1024 -p "$t_port" -l 127.0.0.1
+start "$t_port" "${TERN:-$target/tern}" serve -t 1 -m 1024 -p "$t_port" -l 127.0.0.1
 start "$r_port" "$target/examples/path_limit_responder" "$r_port" "$value_bytes"
 
 results=$(mktemp)
