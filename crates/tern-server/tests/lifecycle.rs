@@ -83,14 +83,17 @@ fn daemon_mode_writes_and_removes_the_pidfile() {
         pid = text.trim().parse().unwrap_or(0);
         text.ends_with('\n') && pid != 0
     });
-    // Killed even when an assertion below fails, so a failed run leaves no daemon behind.
-    struct Reap(u32);
+    // Killed even when an assertion below fails, so a failed run leaves no daemon behind;
+    // disarmed once the daemon is gone, as its pid may then be another process's.
+    struct Reap(Option<u32>);
     impl Drop for Reap {
         fn drop(&mut self) {
-            let _ = Command::new("kill").arg(self.0.to_string()).status();
+            if let Some(pid) = self.0 {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
         }
     }
-    let _reap = Reap(pid);
+    let mut reap = Reap(Some(pid));
     wait_for("the daemon to accept", || tern_testkit::listening(port));
     let mut c = Conn::connect(port);
     c.expect(
@@ -99,6 +102,7 @@ fn daemon_mode_writes_and_removes_the_pidfile() {
     );
     let kill = Command::new("kill").arg(pid.to_string()).status().unwrap();
     assert!(kill.success());
+    reap.0 = None;
     wait_for("the pidfile to be removed at exit", || !pidfile.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
