@@ -322,6 +322,48 @@ pub fn memcached_newest_bin() -> PathBuf {
     }
 }
 
+/// The IPv4 TCP sockets whose local or remote port is `port`, from /proc/net/tcp, as
+/// `local->remote STATE` (for a failure message: a refused connection says what was there).
+pub fn tcp_sockets_on(port: u16) -> String {
+    const STATES: [&str; 12] = [
+        "?",
+        "ESTABLISHED",
+        "SYN_SENT",
+        "SYN_RECV",
+        "FIN_WAIT1",
+        "FIN_WAIT2",
+        "TIME_WAIT",
+        "CLOSE",
+        "CLOSE_WAIT",
+        "LAST_ACK",
+        "LISTEN",
+        "CLOSING",
+    ];
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let port_of = |addr: &str| {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    let sockets: Vec<String> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, state) = (fields.get(1)?, fields.get(2)?, fields.get(3)?);
+            let (lp, rp) = (port_of(local)?, port_of(remote)?);
+            let state = usize::from_str_radix(state, 16).ok()?;
+            (lp == port || rp == port)
+                .then(|| format!("{lp}->{rp} {}", STATES.get(state).unwrap_or(&"?")))
+        })
+        .collect();
+    if sockets.is_empty() {
+        "none".into()
+    } else {
+        sockets.join(", ")
+    }
+}
+
 /// A blocking TCP connection to a server under test.
 pub struct Conn {
     pub stream: TcpStream,
@@ -332,7 +374,12 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(port: u16) -> Conn {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
+            panic!(
+                "connect to 127.0.0.1:{port}: {e}; its TCP sockets now: {}",
+                tcp_sockets_on(port)
+            )
+        });
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         stream.set_write_timeout(Some(PATIENCE)).unwrap();
         stream.set_nodelay(true).unwrap();
@@ -542,9 +589,20 @@ impl Rng {
 
 #[cfg(test)]
 mod tests {
-    use super::{free_port, Conn};
+
+    #[test]
+    fn tcp_sockets_on_a_port_name_its_listener_and_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(tcp_sockets_on(port).contains(&format!("{port}->0 LISTEN")));
+        let _client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_served, _) = listener.accept().unwrap();
+        let sockets = tcp_sockets_on(port);
+        assert_eq!(sockets.matches("ESTABLISHED").count(), 2, "{sockets}");
+    }
+    use super::{free_port, tcp_sockets_on, Conn};
     use std::collections::HashSet;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::process::Command;
     use std::time::{Duration, Instant};
 
