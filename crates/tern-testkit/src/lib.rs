@@ -114,21 +114,7 @@ impl ServerProcess {
             .args(certs.server_args(""))
             .args(args);
         let mut server = Self::spawn(cmd, inner);
-        // Ready once a TLS session completes, not when TCP first connects: a test's first
-        // relayed connection was refused or reset about once in 60 runs of the TLS pass
-        // (2026-11-27, at 8ad071e as since).
-        let config = certs.client_config(None);
-        let deadline = Instant::now() + PATIENCE;
-        while let Err(e) = tls::connect(inner, config.clone()) {
-            assert!(
-                Instant::now() < deadline,
-                "no TLS session with tern on port {inner}: {e}; {}",
-                server.describe()
-            );
-            eprintln!("TLS relay: tern on port {inner} not ready for a session yet: {e}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        tls::relay(port, inner, config);
+        tls::relay(port, inner, certs.client_config(None));
         server.port = port;
         server
     }
