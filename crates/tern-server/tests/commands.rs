@@ -529,10 +529,9 @@ fn stats_count_what_happened() {
     assert_eq!(settings["tcpport"], server.port.to_string());
 }
 
-/// Waits until the server counts `n` open connections (a closed one is counted until the
-/// server has seen the close).
-/// The server's `stats` once it counts `n` connections open and has taken in at least
-/// `taken` since it started (`total_connections`).
+/// The server's `stats` once it counts `n` connections open (a closed one is counted until
+/// the server has seen the close) and has taken in at least `taken` since it started
+/// (`total_connections`).
 fn wait_for_connections(c: &mut Conn, n: &str, taken: u64) -> HashMap<String, String> {
     for _ in 0..1000 {
         let s = c.stats("stats\r\n");

@@ -575,22 +575,37 @@ impl Rng {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn tcp_sockets_on_a_port_name_its_listener_and_connections() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        assert!(tcp_sockets_on(port).contains(&format!("{port}->0 LISTEN")));
-        let _client = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let (_served, _) = listener.accept().unwrap();
-        let sockets = tcp_sockets_on(port);
-        assert_eq!(sockets.matches("ESTABLISHED").count(), 2, "{sockets}");
-    }
     use super::{free_port, tcp_sockets_on, Conn};
     use std::collections::HashSet;
     use std::net::{TcpListener, TcpStream};
     use std::process::Command;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn tcp_sockets_on_a_port_name_its_listener_and_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // /proc/net/tcp is read a page at a time: sockets other tests open and close meanwhile
+        // can shift its lines, so a read may miss one. Read again before concluding.
+        let sockets_until = |shown: &dyn Fn(&str) -> bool| {
+            let mut sockets = tcp_sockets_on(port);
+            for _ in 0..100 {
+                if shown(&sockets) {
+                    break;
+                }
+                sockets = tcp_sockets_on(port);
+            }
+            sockets
+        };
+        let listening = format!("{port}->0 LISTEN");
+        let sockets = sockets_until(&|s| s.contains(&listening));
+        assert!(sockets.contains(&listening), "{sockets}");
+        let _client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_served, _) = listener.accept().unwrap();
+        let both = |s: &str| s.matches("ESTABLISHED").count() == 2;
+        let sockets = sockets_until(&both);
+        assert!(both(&sockets), "{sockets}");
+    }
 
     #[test]
     fn a_failed_read_says_how_the_server_process_ended() {
