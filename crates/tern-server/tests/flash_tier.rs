@@ -244,6 +244,48 @@ fn items_beyond_memory_are_served_from_flash_by_every_get() {
     assert_eq!(reply.value, value_of(500));
 }
 
+/// memcached's `binary-extstore.t` fills flash until pages are evicted, then expects gets of
+/// the first keys to count `miss_from_extstore`: the evicted page's entries are left behind,
+/// stale, and a get that meets one answers a miss.
+#[test]
+fn a_get_of_an_item_whose_flash_page_was_evicted_is_a_miss_from_extstore() {
+    let dir = Scratch::new("evicted");
+    // 48 MB of values through a 16 MiB heap and two 8 MiB pages of flash; no read brings an
+    // item back into memory, which could evict more while the gets count.
+    let path = dir.ext_path("flash", "16m");
+    let server = ServerProcess::tern(&[
+        "-m",
+        "16",
+        "-o",
+        &path,
+        "-o",
+        "ext_page_size=8,ext_wbuf_size=2,ext_item_age=1,ext_max_sleep=10000,ext_recache_rate=0",
+    ]);
+    fill(&server, 0..2_400);
+    let mut conn = server.connect();
+    let before = conn.stats("stats\r\n");
+    let count =
+        |stats: &HashMap<String, String>, name: &str| -> u64 { stats[name].parse().unwrap() };
+    assert!(count(&before, "extstore_page_evictions") > 0, "{before:?}");
+    assert!(count(&before, "extstore_stale_entries") > 0, "{before:?}");
+    let mut found = 0;
+    for n in 0..2_400 {
+        let reply = conn.request(format!("get key:{n}\r\n").as_bytes(), b"END\r\n");
+        if reply != b"END\r\n" {
+            let mut want = get_reply(&[n]);
+            want.extend_from_slice(b"END\r\n");
+            assert_eq!(reply, want, "key:{n}");
+            found += 1;
+        }
+    }
+    // curr_items counted the items, not the entries left behind.
+    assert_eq!(count(&before, "curr_items"), found);
+    let after = conn.stats("stats\r\n");
+    let met = count(&before, "extstore_stale_entries") - count(&after, "extstore_stale_entries");
+    assert!(met > 0, "{after:?}");
+    assert_eq!(count(&after, "miss_from_extstore"), met, "{after:?}");
+}
+
 #[test]
 fn pipelined_gets_beyond_a_read_buffer_are_all_answered_from_flash() {
     // More get lines than a connection's read buffer (16 KiB) holds, each waiting for its
@@ -736,8 +778,9 @@ fn stats_show_the_tier_in_memcacheds_places() {
     assert_eq!(after("badcrc_from_extstore"), "delete_misses");
     assert_eq!(after("log_watchers"), "extstore_memory_pressure");
     assert_eq!(after("extstore_io_queue"), "extstore_false_reads");
+    assert_eq!(after("extstore_false_reads"), "extstore_stale_entries");
     assert_eq!(
-        after("extstore_false_reads"),
+        after("extstore_stale_entries"),
         "extstore_write_amplification"
     );
     let value = |name: &str| &stats.iter().find(|(n, _)| n == name).unwrap().1;

@@ -191,6 +191,66 @@ fn a_full_flash_evicts_its_oldest_page() {
     }
 }
 
+fn no_recache() -> FlashSettings {
+    FlashSettings {
+        recache_rate: 0,
+        ..knobs()
+    }
+}
+
+/// Gets every key below `count`, checking each value found; how many were found.
+fn found_of(s: &Store, count: u32) -> u64 {
+    let mut found = 0;
+    for n in 0..count {
+        if let Some(value) = get(s, &key(n)) {
+            verify(n, &value);
+            found += 1;
+        }
+    }
+    found
+}
+
+#[test]
+fn a_get_of_an_item_whose_page_was_evicted_is_a_miss_from_flash_without_a_read() {
+    let dir = Dir::new("stale");
+    let s = flash_store(&dir, 8, no_recache());
+    fill(&s, 30_000);
+    let before = s.flash_stats().unwrap();
+    assert!(
+        before.page_evictions > 0 && before.stale_entries > 0,
+        "{before:?}"
+    );
+    // The entries evicted pages left are not items.
+    let curr_items = s.stats().curr_items;
+    assert_eq!(found_of(&s, 30_000), curr_items);
+    let after = s.flash_stats().unwrap();
+    // Each stale entry a get met was a miss from flash, and cost no read.
+    let met = before.stale_entries - after.stale_entries;
+    assert!(met > 0, "{after:?}");
+    assert_eq!(after.misses - before.misses, met);
+    assert_eq!(
+        after.objects_read - before.objects_read,
+        (after.gets - before.gets) + (after.false_reads - before.false_reads)
+    );
+    assert_eq!(s.stats().curr_items, curr_items);
+}
+
+#[test]
+fn entries_of_evicted_pages_are_swept_before_they_pile_up() {
+    let dir = Dir::new("sweep");
+    // Four 1 MiB pages of about 1,000 records each, evicted about 20 times each.
+    let s = flash_store(&dir, 4, no_recache());
+    fill(&s, 90_000);
+    let stats = s.flash_stats().unwrap();
+    assert!(stats.page_evictions >= 4 * 16, "{stats:?}");
+    // Without sweeps every record evicted would still have its entry (about 80,000); with
+    // them, at most one lap's: each page's 1,000 or so.
+    assert!(stats.stale_entries <= 4 * 1_100, "{stats:?}");
+    let curr_items = s.stats().curr_items;
+    assert_eq!(found_of(&s, 90_000), curr_items);
+    assert_eq!(s.flash_stats().unwrap().bad_crc, 0);
+}
+
 #[test]
 fn compaction_rewrites_live_items_of_fragmented_pages() {
     let dir = Dir::new("compact");
@@ -431,6 +491,27 @@ fn a_warm_restart_keeps_the_items_on_flash() {
         }
     }
     assert_eq!(next.flash_stats().unwrap().bad_crc, 0);
+}
+
+#[test]
+fn a_warm_restart_leaves_the_entries_of_evicted_pages_behind() {
+    let dir = Dir::new("restart-stale");
+    let (s, _) = open(&dir, None);
+    fill(&s, 45_000);
+    assert!(s.flash_stats().unwrap().stale_entries > 0);
+    let curr_items = s.stats().curr_items;
+    s.sync_file().unwrap();
+    let meta = s.snapshot_meta();
+    let (next, opened) = open(&dir, Some(&meta));
+    let tern_store::Opened::Restored(restored) = opened else {
+        panic!("not restored: {opened:?}");
+    };
+    drop(s);
+    assert_eq!(restored.items, curr_items);
+    assert_eq!(next.flash_stats().unwrap().stale_entries, 0);
+    assert_eq!(found_of(&next, 45_000), curr_items);
+    let stats = next.flash_stats().unwrap();
+    assert_eq!((stats.misses, stats.bad_crc), (0, 0), "{stats:?}");
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub fn get_lines(s: &FlashStats) -> Lines {
     ])
 }
 
-/// memcached's `storage_stats` (after `log_watchers`), then tern's own two. The store has no
+/// memcached's `storage_stats` (after `log_watchers`), then tern's own three. The store has no
 /// memory pressure figure and no COLD or old buckets to rescue items into, so
 /// `extstore_memory_pressure`, `extstore_compact_resc_cold` and `extstore_compact_resc_old`
 /// are 0.
@@ -88,6 +88,7 @@ pub fn storage_lines(s: &FlashStats) -> Lines {
         ("extstore_limit_maxbytes", s.limit_maxbytes.to_string()),
         ("extstore_io_queue", s.io_queue.to_string()),
         ("extstore_false_reads", s.false_reads.to_string()),
+        ("extstore_stale_entries", s.stale_entries.to_string()),
         ("extstore_write_amplification", c_fixed(amplification, 2)),
     ])
 }
@@ -205,7 +206,11 @@ mod tests {
         assert_eq!(names(&storage)[..memcached.len()], memcached);
         assert_eq!(
             names(&storage)[memcached.len()..],
-            ["extstore_false_reads", "extstore_write_amplification"]
+            [
+                "extstore_false_reads",
+                "extstore_stale_entries",
+                "extstore_write_amplification"
+            ]
         );
         let value = |name: &str| &storage.iter().find(|(n, _)| n == name).unwrap().1;
         assert_eq!(value("extstore_memory_pressure"), "0.00");

@@ -167,9 +167,8 @@ pub struct FlashStats {
     pub io_queue: u64,
     /// Gets answered from flash (`get_extstore`).
     pub gets: u64,
-    /// Reads of flash that found no item where the index pointed: a failed check or read, a
-    /// page written again meanwhile (`miss_from_extstore`; a key whose page was evicted is a
-    /// plain miss, its entry removed with the page: docs/flash.md).
+    /// Lookups that found an index entry on flash but no item there: its page evicted since,
+    /// a failed check or read, a page written again meanwhile (`miss_from_extstore`).
     pub misses: u64,
     /// Reads whose checksum failed (`badcrc_from_extstore`).
     pub bad_crc: u64,
@@ -178,6 +177,9 @@ pub struct FlashStats {
     /// Reads of flash for an entry whose tag matched but whose key did not: the cost of
     /// keeping no key in memory (tern's own).
     pub false_reads: u64,
+    /// Index entries left pointing at evicted pages, not yet removed by a lookup or a sweep
+    /// (tern's own; not counted in `curr_items`).
+    pub stale_entries: u64,
     /// Items set that went to flash (`extstore_bytes_written` over the bytes stored: write
     /// amplification), as item bytes stored by sets (tern's own).
     pub bytes_set: u64,

@@ -436,6 +436,19 @@ impl Index {
         self.len -= 1;
     }
 
+    /// Clears every slot whose location `drop` accepts; how many.
+    pub(crate) fn remove_where(&mut self, mut drop: impl FnMut(u64) -> bool) -> usize {
+        let mut removed = 0;
+        for i in 0..self.n * WAYS {
+            let slot = self.buckets()[i / WAYS].0[i % WAYS];
+            if slot != 0 && drop(slot & LOC_MASK) {
+                self.remove(i);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     pub(crate) fn clear(&mut self) {
         let (old, old_n) = self.switch(MIN_BUCKETS);
         self.len = 0;

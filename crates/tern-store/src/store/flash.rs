@@ -162,7 +162,7 @@ impl Store {
         }
         let hash = self.hasher.hash_one(key.bytes);
         if let Some((_, location)) = self.flash_candidate(&guard, key, hash, &[]) {
-            if !flash.is_landed(location) {
+            if !flash.is_landed(location) && !flash.is_stale(location) {
                 DEFERRED.with_borrow_mut(|deferred| deferred.push(location));
             }
         }
@@ -192,7 +192,7 @@ impl Store {
             if info.free {
                 free += 1;
             } else {
-                objects_used += p.live.load(Relaxed);
+                objects_used += p.live();
                 bytes_used += info.bytes_used;
                 filled += p.fill.load(Relaxed);
             }
@@ -223,6 +223,7 @@ impl Store {
             bad_crc: load(&c.bad_crc),
             recaches: load(&c.recaches),
             false_reads: load(&c.false_reads),
+            stale_entries: load(&c.stale_entries),
             bytes_set: total,
         })
     }
@@ -271,7 +272,7 @@ impl Store {
                 );
             busy |= compacted;
             if free == 0 {
-                busy |= self.empty_page(flash, Empty::Evict);
+                busy |= self.evict_oldest_page(flash);
             }
         }
         if knobs.item_age != u32::MAX {
@@ -345,7 +346,7 @@ impl Store {
         };
         let hash = self.hasher.hash_one(key);
         sh.index
-            .set_location(found.slot, flash.geometry.pack(addr, hash));
+            .set_location(found.slot, flash.location(addr, hash));
         let meta = self.segs.meta(found.loc.seg);
         set32(&meta.live, get32(&meta.live) - 1);
         let c = &mut sh.counters;
@@ -363,7 +364,41 @@ impl Store {
             .expect("a flash entry means a flash tier");
         sh.index.remove(slot);
         sh.counters.curr_items -= 1;
-        flash.forget(flash.geometry.addr_of(location));
+        flash.forget(location);
+    }
+
+    /// Removes from this shard's index every entry left pointing at an evicted flash page;
+    /// how many. A shard's index is swept before it grows (stale entries must not cost
+    /// memory), and every shard before a page's generation would wrap.
+    pub(crate) fn sweep_stale(&self, sh: &mut Shard) -> usize {
+        let Some(flash) = &self.flash else { return 0 };
+        if flash.stale_entries() == 0 {
+            return 0;
+        }
+        let removed = sh
+            .index
+            .remove_where(|location| is_flash(location) && flash.is_stale(location));
+        sh.counters.curr_items -= removed as u64;
+        flash.forget_stale(removed as u64);
+        removed
+    }
+
+    /// Evicts the oldest full page, flash being full, without reading it back: its entries
+    /// turn stale (`Flash::evict_page`). Sweeps every shard first when the page's generation
+    /// would otherwise wrap onto stale entries of an earlier one.
+    fn evict_oldest_page(&self, flash: &Flash) -> bool {
+        let _evicting = flash.evicting.lock();
+        let Some(page) = flash.take_victim(None) else {
+            return false;
+        };
+        if flash.must_sweep_before_evicting(page) {
+            for id in 0..self.shards.len() {
+                self.sweep_stale(&mut self.lock(id));
+            }
+            flash.mark_swept();
+        }
+        flash.evict_page(page);
+        true
     }
 
     /// The first flash entry in `sh` that may be `key`'s (tag and check bits agree), other
@@ -397,13 +432,19 @@ impl Store {
         let mut guard = guard;
         let mut released = false;
         loop {
-            let Some((_, location)) = self.flash_candidate(&guard, key, hash, &skip) else {
+            let Some((slot, location)) = self.flash_candidate(&guard, key, hash, &skip) else {
                 return if released {
                     OnFlash::Changed
                 } else {
                     OnFlash::Absent(guard)
                 };
             };
+            if flash.is_stale(location) {
+                // Its page was evicted: memcached's miss from extstore, found without a read.
+                bump(&flash.counters.misses, 1);
+                self.unlink_flash(&mut guard, slot, location);
+                continue;
+            }
             let read = match flash.take_landed(location) {
                 Some(read) => read,
                 None if DEFERRING.get() => {
@@ -444,6 +485,9 @@ impl Store {
                             // The page lives again: its live count is of its new records.
                             sh.index.remove(slot);
                             sh.counters.curr_items -= 1;
+                            if flash.is_stale(location) {
+                                flash.forget_stale(1);
+                            }
                         }
                     }
                     continue;
@@ -666,15 +710,11 @@ impl Store {
         let now = self.clock.now();
         let victim = match how {
             Empty::Expired => flash.take_expired(now),
-            Empty::Evict => flash.take_victim(None),
             Empty::Compact { max_frag, .. } => flash.take_victim(Some(max_frag)),
         };
         let Some(page) = victim else {
             return false;
         };
-        if how == Empty::Evict {
-            bump(&flash.counters.page_evictions, 1);
-        }
         let version = flash.pages[page as usize].version.load(Relaxed) as u32;
         let fill = flash.pages[page as usize].fill.load(Relaxed);
         let chunk_len = flash.wbuf_size();
@@ -700,20 +740,13 @@ impl Store {
                 let key_bytes = hdr.key(item_bytes);
                 let (shard, key) = self.hash(key_bytes);
                 let hash = self.hasher.hash_one(key_bytes);
-                let location = flash.geometry.pack(base + at as u64, hash);
+                let location = flash.location(base + at as u64, hash);
                 let mut guard = self.lock(shard);
                 let sh = &mut *guard;
                 let Some(slot) = self.flash_slot(sh, key, location) else {
                     continue;
                 };
-                let size = item_bytes.len() as u64;
                 let drop_unread = match how {
-                    Empty::Evict => {
-                        self.unlink_flash(sh, slot, location);
-                        bump(&flash.counters.objects_evicted, 1);
-                        bump(&flash.counters.bytes_evicted, size);
-                        continue;
-                    }
                     Empty::Expired => {
                         self.unlink_flash(sh, slot, location);
                         sh.counters.reclaimed += 1;
@@ -732,8 +765,8 @@ impl Store {
                 });
                 match rescued {
                     Some(addr) => {
-                        sh.index.set_location(slot, flash.geometry.pack(addr, hash));
-                        flash.forget(flash.geometry.addr_of(location));
+                        sh.index.set_location(slot, flash.location(addr, hash));
+                        flash.forget(location);
                         bump(&flash.counters.compact_rescues, 1);
                     }
                     None => {
@@ -754,7 +787,7 @@ impl Store {
         sh.index
             .entries_with_tags(0..1 << crate::mechanics::index::TAG_BITS, |location| {
                 if is_flash(location) {
-                    flash.forget(flash.geometry.addr_of(location));
+                    flash.forget(location);
                 }
             });
     }
@@ -765,8 +798,6 @@ impl Store {
 enum Empty {
     /// A page whose every item has expired: they are gone (reclaimed).
     Expired,
-    /// The oldest page, flash being full: its items are evicted.
-    Evict,
     /// The emptiest page under `max_frag` live: its live items are written again (dropped
     /// when never read, with `drop_unread`).
     Compact { max_frag: f64, drop_unread: bool },

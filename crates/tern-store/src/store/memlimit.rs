@@ -134,6 +134,10 @@ impl Store {
     #[cold]
     pub(crate) fn grow_index(&self, sh: &mut Shard, now: UnixSecs) -> bool {
         sh.churn += 1;
+        // Entries left by evicted flash pages go before the table grows for them.
+        if self.sweep_stale(sh) > 0 && !sh.index.needs_room() {
+            return true;
+        }
         // Each pass frees at least a segment, or gives up.
         for _ in 0..=self.segs.count() {
             if !sh.index.needs_room() {

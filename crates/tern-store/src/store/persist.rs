@@ -43,8 +43,9 @@ const MAGIC: &[u8; 8] = b"TERNHEAP";
 /// Bumped whenever the metadata's or the items' layout changes: a file of another version is
 /// refused, not misread. 2: large items carry a CAS field. 3: the index's peak size follows
 /// the flush mark (version 2 is still read: its peak is unknown, so 0). 4: the flash tier's
-/// bookkeeping and index entries follow the shards (none in versions 2 and 3).
-const FORMAT_VERSION: u32 = 4;
+/// bookkeeping and index entries follow the shards (none in versions 2 and 3). 5: an entry on
+/// flash carries its page's generation (a version 4 file's flash tier starts empty).
+const FORMAT_VERSION: u32 = 5;
 /// What every metadata file begins with: the magic and the format version, memcached's "tag"
 /// line. A `FILE.meta` shorter than this (empty included) is no metadata at all, and the start
 /// refuses it as memcached 1.6.45 does (`startup::restart` in tern-server).
@@ -356,10 +357,16 @@ impl Store {
                     live.push(loc)
                 }
             });
-            let flash_slots = if self.flash.is_some() {
-                sh.index.slots_where(is_flash)
-            } else {
-                Vec::new()
+            // Entries of evicted pages are left behind; the rest are saved as of generation
+            // 0, which every page restarts at.
+            let flash_slots = match &self.flash {
+                Some(flash) => sh
+                    .index
+                    .slots_where(|l| is_flash(l) && !flash.is_stale(l))
+                    .into_iter()
+                    .map(|slot| flash.geometry.of_generation_zero(slot))
+                    .collect(),
+                None => Vec::new(),
             };
             // In heap order, not the walk's tag order: a restore then reads the heap front to
             // back, and inserting keys in tag order would pile them into the growing index's
@@ -871,7 +878,15 @@ impl Saved {
                 let len = r.count(4)?;
                 *list = (0..len).map(|_| r.u32()).collect::<Result<_, _>>()?;
             }
-            saved.flash = Some(f);
+            // Version 4's entries keep check bits where version 5's keep the generation.
+            if version >= 5 {
+                saved.flash = Some(f);
+            } else {
+                tracing::warn!(
+                    "the flash tier starts empty: saved by a tern whose flash entries carry no \
+                     page generation (format version {version})"
+                );
+            }
         }
         if !r.0.is_empty() {
             return Err("the metadata file has bytes past its end".into());

@@ -77,7 +77,11 @@ impl Store {
             )
         };
         StoreStats {
-            curr_items: total.curr_items,
+            // Entries left by evicted flash pages are not items (until a lookup or a sweep
+            // removes them, the shards still count them).
+            curr_items: total
+                .curr_items
+                .saturating_sub(self.flash.as_ref().map_or(0, |f| f.stale_entries())),
             total_items: total.total_items,
             bytes: total.bytes,
             limit_maxbytes: limit * size,

@@ -17,7 +17,7 @@ use super::record::{record_len, ReadOutcome, RECORD_HEADER};
 use super::{Flash, FlashWaker};
 
 /// Reads one ring holds in flight; more wait in the I/O threads' queue.
-const DIRECT_ENTRIES: u32 = 256;
+const DIRECT_ENTRIES: u32 = 1024;
 
 /// One worker's ring and the reads in flight on it.
 pub(crate) struct DirectRing {

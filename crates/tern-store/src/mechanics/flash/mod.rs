@@ -7,9 +7,10 @@
 //! in a table 75-85% full: 9.6-10.8 bytes per item): the key, header and value are on flash.
 //! The slot's 40 location bits say so with their top bit ([`FLASH_BIT`], which a location in
 //! memory never sets: [`MAX_RAM_SEGMENTS`]); below it, the item's byte address on flash in
-//! 8-byte units, and in the bits the address leaves free, more of the key's hash
-//! ([`FlashGeometry::check_of`]) than the 24-bit tag, so that a miss, a `set` or an `add` rarely
-//! reads flash for a key that is not the one asked for.
+//! 8-byte units, a bit of its page's generation (how many times the page was evicted), and in
+//! the bits the address leaves free, more of the key's hash ([`FlashGeometry::check_of`]) than
+//! the 24-bit tag, so that a miss, a `set` or an `add` rarely reads flash for a key that is not
+//! the one asked for.
 //!
 //! **Records.** An item goes to flash as a record: a 12-byte header (CRC-32 of what follows,
 //! the item's length, the low 32 bits of its page's version), then the item as it is laid out
@@ -22,8 +23,10 @@
 //!
 //! **Pages** (`ext_page_size`) are filled one write buffer (`ext_wbuf_size`) at a time, whole
 //! and in order; a full buffer is written by a background thread (`Store::flash_work`) while
-//! the next fills. A page is freed when its last item is gone, or evicted whole (oldest first)
-//! or compacted (its live items written again) when free pages run short. Buffers waiting to
+//! the next fills. A page is freed when its last item is gone, or evicted whole (oldest first,
+//! unread: its generation advances, so the entries still pointing there are stale until a
+//! lookup or a sweep removes them) or compacted (its live items written again) when free pages
+//! run short. Buffers waiting to
 //! be written are read from memory. At most [`WRITE_BUFFERS`] buffers exist: when flash falls
 //! behind, an item that would go there is evicted as it would be without flash.
 
@@ -73,8 +76,14 @@ const PAGE_FULL: u32 = 2;
 pub(crate) struct PageMeta {
     pub(crate) version: AtomicU64,
     state: AtomicU32,
-    /// Records written into it whose index entry still points there.
-    pub(crate) live: AtomicU64,
+    /// Records written into it whose index entry still points there (the low 48 bits), and
+    /// its generation (the top 16): how many times it was evicted, which its entries carry.
+    /// One word, so that forgetting an entry of an earlier generation can never count
+    /// against the page's new records (`forget_one`, `evict`).
+    live_and_generation: AtomicU64,
+    /// Its generation when the index was last swept of stale entries: entries of older ones
+    /// are gone, so the generation may advance until it would look like one of those.
+    swept: AtomicU32,
     /// Records written into it since it was opened.
     pub(crate) objects: AtomicU64,
     /// Bytes of it written (records and padding).
@@ -87,6 +96,56 @@ pub(crate) struct PageMeta {
     /// The latest deadline of its records (`u32::MAX`: one never expires): once passed, the
     /// page is emptied whole.
     max_expiry: AtomicU32,
+}
+
+const LIVE_MASK: u64 = (1 << 48) - 1;
+
+impl PageMeta {
+    /// Records whose index entry still points here.
+    pub(crate) fn live(&self) -> u64 {
+        self.live_and_generation.load(Relaxed) & LIVE_MASK
+    }
+
+    /// How many times the page was evicted.
+    pub(crate) fn generation(&self) -> u32 {
+        (self.live_and_generation.load(Relaxed) >> 48) as u32
+    }
+
+    pub(crate) fn swept(&self) -> u32 {
+        self.swept.load(Relaxed)
+    }
+
+    /// Both at once, as a restore sets them (the index holds no stale entry then).
+    pub(crate) fn set_live_and_generation(&self, live: u64, generation: u32) {
+        self.live_and_generation
+            .store((u64::from(generation) << 48) | live.min(LIVE_MASK), Relaxed);
+        self.swept.store(generation, Relaxed);
+    }
+
+    /// One index entry of generation `generation` (as an entry keeps it) went away: the live
+    /// count before, or `None` when the entry was of an earlier generation (stale: counted
+    /// when its page was evicted).
+    fn forget_one(&self, generation: u32, geometry: &FlashGeometry) -> Option<u64> {
+        let word = self
+            .live_and_generation
+            .fetch_update(Relaxed, Relaxed, |word| {
+                geometry
+                    .same_generation((word >> 48) as u32, generation)
+                    .then(|| word - u64::from(word & LIVE_MASK != 0))
+            })
+            .ok()?;
+        Some(word & LIVE_MASK)
+    }
+
+    /// Evicts the page's records at once: its generation advances, so every entry still
+    /// pointing here is stale; the live count before.
+    fn evict(&self) -> u64 {
+        let word = self
+            .live_and_generation
+            .fetch_update(Relaxed, Relaxed, |word| Some(((word >> 48) + 1) << 48))
+            .expect("always updates");
+        word & LIVE_MASK
+    }
 }
 
 /// A full write buffer waiting for (or in) its write.
@@ -162,6 +221,8 @@ struct Writer {
 pub(crate) struct FlashCounters {
     pub(crate) page_allocs: AtomicU64,
     pub(crate) page_evictions: AtomicU64,
+    /// Index entries left pointing at evicted pages, not yet removed.
+    pub(crate) stale_entries: AtomicU64,
     pub(crate) page_reclaims: AtomicU64,
     pub(crate) objects_evicted: AtomicU64,
     pub(crate) objects_read: AtomicU64,
@@ -234,6 +295,9 @@ pub(crate) struct Flash {
     pub(crate) knobs: FlashKnobs,
     pub(crate) counters: FlashCounters,
     reads: Mutex<Reads>,
+    /// Held while a page is evicted and while the index is swept for it, so that no page's
+    /// generation advances during a sweep (`must_sweep_before_evicting`).
+    pub(crate) evicting: Mutex<()>,
     /// Signalled when a read is queued.
     read_queued: parking_lot::Condvar,
 }
@@ -296,6 +360,7 @@ impl Flash {
             knobs: FlashKnobs::new(&config.knobs),
             counters: FlashCounters::default(),
             reads: Mutex::new(Reads::default()),
+            evicting: Mutex::new(()),
             read_queued: parking_lot::Condvar::new(),
         })
     }
@@ -359,7 +424,7 @@ impl Flash {
         record[..4].copy_from_slice(&crc.to_le_bytes());
         f.fill = at + size;
         let addr = f.addr + at as u64;
-        page.live.fetch_add(1, Relaxed);
+        page.live_and_generation.fetch_add(1, Relaxed);
         page.objects.fetch_add(1, Relaxed);
         page.max_expiry
             .fetch_max(if expiry == 0 { u32::MAX } else { expiry }, Relaxed);
@@ -413,7 +478,7 @@ impl Flash {
                 meta.version.store(w.next_version, Relaxed);
                 w.next_version += 1;
                 meta.state.store(PAGE_FILLING, Relaxed);
-                meta.live.store(0, Relaxed);
+                meta.live_and_generation.fetch_and(!LIVE_MASK, Relaxed);
                 meta.objects.store(0, Relaxed);
                 meta.fill.store(0, Relaxed);
                 meta.max_expiry.store(0, Relaxed);
@@ -489,23 +554,84 @@ impl Flash {
         self.writer.lock().sealed.len()
     }
 
-    /// An index entry for a record at `addr` went away.
-    pub(crate) fn forget(&self, addr: u64) {
-        let page = self.page_of(addr);
+    /// The location bits of an item at `addr` (in a page being filled) whose key hashed to
+    /// `hash`: the page's generation goes with it.
+    pub(crate) fn location(&self, addr: u64, hash: u64) -> u64 {
+        let generation = self.pages[self.page_of(addr) as usize].generation();
+        self.geometry.pack(addr, generation, hash)
+    }
+
+    /// Whether the entry at `location` names a record of a page evicted since it was written.
+    pub(crate) fn is_stale(&self, location: u64) -> bool {
+        let page = &self.pages[self.page_of(self.geometry.addr_of(location)) as usize];
+        !self
+            .geometry
+            .same_generation(self.geometry.generation_of(location), page.generation())
+    }
+
+    /// The index entry at `location` went away; false when it was stale (its page evicted
+    /// since: it was counted then, and now leaves `stale_entries`).
+    pub(crate) fn forget(&self, location: u64) -> bool {
+        let page = self.page_of(self.geometry.addr_of(location));
         let meta = &self.pages[page as usize];
-        let before = meta
-            .live
-            .fetch_update(Relaxed, Relaxed, |live| Some(live.saturating_sub(1)))
-            .expect("always updates");
+        let Some(before) = meta.forget_one(self.geometry.generation_of(location), &self.geometry)
+        else {
+            self.forget_stale(1);
+            return false;
+        };
         if before == 1 && meta.state.load(Relaxed) == PAGE_FULL {
             let mut w = self.writer.lock();
             self.free_if_empty(&mut w, page);
+        }
+        true
+    }
+
+    /// Stale entries some index still holds.
+    pub(crate) fn stale_entries(&self) -> u64 {
+        self.counters.stale_entries.load(Relaxed)
+    }
+
+    /// `n` stale entries left the index.
+    pub(crate) fn forget_stale(&self, n: u64) {
+        let _ = self
+            .counters
+            .stale_entries
+            .fetch_update(Relaxed, Relaxed, |stale| Some(stale.saturating_sub(n)));
+    }
+
+    /// Evicts a page taken by `take_victim` without reading it: its generation advances, so
+    /// the entries pointing there turn stale, left in the index for a lookup or a sweep to
+    /// find (a get of one is memcached's `miss_from_extstore`); then frees it. The caller
+    /// holds `evicting` and has swept when `must_sweep_before_evicting` said so.
+    pub(crate) fn evict_page(&self, page: u32) {
+        let meta = &self.pages[page as usize];
+        let bytes = self.live_bytes(meta);
+        let live = meta.evict();
+        bump(&self.counters.stale_entries, live);
+        bump(&self.counters.page_evictions, 1);
+        bump(&self.counters.objects_evicted, live);
+        bump(&self.counters.bytes_evicted, bytes);
+        self.finish_page(page);
+    }
+
+    /// Whether evicting `page` once more would give its entries a generation that stale
+    /// entries of an earlier one may still carry: the index must be swept first.
+    pub(crate) fn must_sweep_before_evicting(&self, page: u32) -> bool {
+        let meta = &self.pages[page as usize];
+        let since_swept = (meta.generation().wrapping_sub(meta.swept()) & 0xffff) + 1;
+        since_swept >= self.geometry.generations()
+    }
+
+    /// Every stale entry is gone from the index (a sweep ended with `evicting` held).
+    pub(crate) fn mark_swept(&self) {
+        for meta in self.pages.iter() {
+            meta.swept.store(meta.generation(), Relaxed);
         }
     }
 
     fn free_if_empty(&self, w: &mut Writer, page: u32) {
         let meta = &self.pages[page as usize];
-        if meta.live.load(Relaxed) == 0 && meta.state.load(Relaxed) == PAGE_FULL {
+        if meta.live() == 0 && meta.state.load(Relaxed) == PAGE_FULL {
             self.release_page(w, page);
             bump(&self.counters.page_reclaims, 1);
         }
@@ -560,7 +686,7 @@ impl Flash {
     fn live_share(&self, page: u32) -> f64 {
         let meta = &self.pages[page as usize];
         let objects = meta.objects.load(Relaxed).max(1);
-        meta.live.load(Relaxed) as f64 / objects as f64
+        meta.live() as f64 / objects as f64
     }
 
     /// A page emptied by eviction or compaction goes back to the free list (a reclaim, as
@@ -609,7 +735,7 @@ impl Flash {
         if objects == 0 {
             return 0;
         }
-        p.fill.load(Relaxed) * p.live.load(Relaxed).min(objects) / objects
+        p.fill.load(Relaxed) * p.live().min(objects) / objects
     }
 
     #[cfg(test)]
@@ -721,8 +847,8 @@ mod tests {
                 out.copy_from_slice(&item(9, 700))
             })
             .unwrap();
-        let locations: Vec<u64> = addrs.iter().map(|&a| f.geometry.pack(a, 0)).collect();
-        let buffered = f.geometry.pack(last, 0);
+        let locations: Vec<u64> = addrs.iter().map(|&a| f.location(a, 0)).collect();
+        let buffered = f.location(last, 0);
         let own_wakes = Arc::new(AtomicUsize::new(0));
         let counted = own_wakes.clone();
         let own: FlashWaker = Arc::new(move || {
@@ -835,6 +961,56 @@ mod tests {
             f.read(beyond_first_buffer).unwrap(),
             ReadOutcome::Stale
         ));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn an_evicted_pages_entries_turn_stale_until_its_generation_would_repeat() {
+        let dir = temp_dir("generations");
+        let f = flash(&dir, 1);
+        let generations = f.geometry.generations();
+        // Entries of the page's evicted lives, as a sweep would find them.
+        let mut stale = Vec::new();
+        for _ in 0..2 * generations + 1 {
+            let addr = f
+                .append(Bucket::Default, 100, 0, |out| out.fill(1))
+                .unwrap();
+            let entry = f.location(addr, 0);
+            while f.append(Bucket::Default, 200_000, 0, |_| ()).is_some() {}
+            while f.write_one().unwrap() {}
+            let page = f.page_of(addr);
+            assert!(!f.is_stale(entry));
+            assert_eq!(f.take_victim(None), Some(page));
+            // Once the page's stale entries span every generation an entry tells apart, one
+            // more eviction would make the oldest look current: the index is swept first.
+            let must_sweep = f.must_sweep_before_evicting(page);
+            assert_eq!(must_sweep, stale.len() as u32 == generations - 1);
+            if must_sweep {
+                for old in stale.drain(..) {
+                    assert!(f.is_stale(old));
+                    assert!(!f.forget(old));
+                }
+                f.mark_swept();
+                assert!(!f.must_sweep_before_evicting(page));
+            }
+            let live = f.pages[page as usize].live();
+            let stale_before = f.stale_entries();
+            f.evict_page(page);
+            assert!(f.is_stale(entry));
+            stale.push(entry);
+            assert_eq!(f.stale_entries(), stale_before + live);
+            assert_eq!(f.pages[page as usize].live(), 0);
+        }
+        // Forgetting a stale entry leaves the page's new records counted.
+        let addr = f
+            .append(Bucket::Default, 100, 0, |out| out.fill(2))
+            .unwrap();
+        let stale_before = f.stale_entries();
+        assert!(!f.forget(f.geometry.pack(addr, f.pages[0].generation() - 1, 0)));
+        assert_eq!(f.stale_entries(), stale_before - 1);
+        assert_eq!(f.pages[0].live(), 1);
+        assert!(f.forget(f.location(addr, 0)));
+        assert_eq!(f.pages[0].live(), 0);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

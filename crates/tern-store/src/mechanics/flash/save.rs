@@ -63,7 +63,7 @@ impl Flash {
                     (
                         p.version.load(Relaxed),
                         p.state.load(Relaxed),
-                        p.live.load(Relaxed),
+                        p.live(),
                         p.objects.load(Relaxed),
                         p.fill.load(Relaxed),
                         p.bucket.load(Relaxed),
@@ -121,7 +121,8 @@ impl Flash {
             meta.max_expiry.store(max_expiry, Relaxed);
             meta.version.store(version, Relaxed);
             meta.state.store(state, Relaxed);
-            meta.live.store(live, Relaxed);
+            // Saved entries were written back as of generation 0 (`Store::snapshot_meta`).
+            meta.set_live_and_generation(live, 0);
             meta.objects.store(objects, Relaxed);
             meta.fill.store(fill, Relaxed);
             meta.bucket.store(bucket, Relaxed);
