@@ -263,9 +263,30 @@ fn a_get_of_an_item_whose_flash_page_was_evicted_is_a_miss_from_extstore() {
     ]);
     fill(&server, 0..2_400);
     let mut conn = server.connect();
-    let before = conn.stats("stats\r\n");
     let count =
         |stats: &HashMap<String, String>, name: &str| -> u64 { stats[name].parse().unwrap() };
+    // The flash thread evicts a page whenever none is free: wait until one is and nothing has
+    // moved for a while, so that no eviction comes between the counts and the gets.
+    let mut before = conn.stats("stats\r\n");
+    let mut still = 0;
+    for _ in 0..600 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = conn.stats("stats\r\n");
+        let moved = [
+            "extstore_page_evictions",
+            "extstore_objects_written",
+            "curr_items",
+        ]
+        .iter()
+        .any(|name| now[*name] != before[*name]);
+        let none_free = count(&now, "extstore_pages_free") == 0;
+        still = if moved || none_free { 0 } else { still + 1 };
+        before = now;
+        if still == 6 {
+            break;
+        }
+    }
+    assert_eq!(still, 6, "the flash tier never settled: {before:?}");
     assert!(count(&before, "extstore_page_evictions") > 0, "{before:?}");
     assert!(count(&before, "extstore_stale_entries") > 0, "{before:?}");
     let mut found = 0;
@@ -284,6 +305,15 @@ fn a_get_of_an_item_whose_flash_page_was_evicted_is_a_miss_from_extstore() {
     let met = count(&before, "extstore_stale_entries") - count(&after, "extstore_stale_entries");
     assert!(met > 0, "{after:?}");
     assert_eq!(count(&after, "miss_from_extstore"), met, "{after:?}");
+    // As memcached counts a get of a header whose page went: a hit, a read from extstore, a
+    // miss from extstore.
+    assert_eq!(count(&after, "get_hits"), found + met, "{after:?}");
+    assert_eq!(
+        count(&after, "get_misses"),
+        2_400 - found - met,
+        "{after:?}"
+    );
+    assert!(count(&after, "get_extstore") >= met, "{after:?}");
 }
 
 #[test]

@@ -197,7 +197,8 @@ impl<'a> Ops<'a> {
     }
 
     /// [`Ops::record_lookup`] for a miss, as memcached counts it (expired and flushed items
-    /// are misses of their own kind).
+    /// are misses of their own kind; an item whose flash page was evicted is a hit that the
+    /// read from flash then finds gone).
     #[inline(never)]
     fn record_miss(&self, cmd: Cmd, miss: Miss, key: &[u8]) {
         if self.flash_deferred() {
@@ -207,9 +208,10 @@ impl<'a> Ops<'a> {
             Miss::NotFound => Outcome::Miss,
             Miss::Expired => Outcome::Expired,
             Miss::Flushed => Outcome::Flushed,
+            Miss::GoneFromFlash => Outcome::Hit,
         };
         self.count_key(cmd, outcome, key);
-        self.prefix_lookup(cmd, key, false);
+        self.prefix_lookup(cmd, key, outcome == Outcome::Hit);
     }
 
     /// [`Ops::record`] for a request naming `key`, which the hot-key sampler also sees.

@@ -111,6 +111,10 @@ pub enum Miss {
     /// Invalidated by a `flush_all` (reported by the first lookup of the key's shard after the
     /// flush took effect; the shard is emptied then, so later lookups say `NotFound`).
     Flushed,
+    /// Its index entry named flash that no longer holds it (its page evicted since, or the
+    /// read failed). memcached counts such a get a hit and a read from extstore
+    /// (`get_extstore`), then a miss from extstore; the client gets a miss.
+    GoneFromFlash,
 }
 
 /// The write commands.

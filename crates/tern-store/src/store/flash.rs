@@ -68,11 +68,17 @@ thread_local! {
 pub(crate) enum OnFlash<'a> {
     /// No flash entry may be the key's; the lock was held throughout.
     Absent(ShardGuard<'a>),
+    /// The key's entry named flash that no longer holds the item (its page evicted): it is
+    /// gone now; the lock was held throughout.
+    Gone(ShardGuard<'a>),
     /// The entry's record has not been read, and this thread defers reads: the command
     /// must end without an effect (its caller runs it again once the read has landed).
     Deferred,
-    /// The lock was let go and something changed: look again, in memory first.
-    Changed,
+    /// The lock was let go and something changed: look again, in memory first. `gone`: a
+    /// read found no item where the key's entry pointed, and the entry went.
+    Changed {
+        gone: bool,
+    },
     Found(ShardGuard<'a>, Fetched),
 }
 
@@ -431,18 +437,20 @@ impl Store {
         let mut skip = Vec::new();
         let mut guard = guard;
         let mut released = false;
+        let mut gone = false;
         loop {
             let Some((slot, location)) = self.flash_candidate(&guard, key, hash, &skip) else {
-                return if released {
-                    OnFlash::Changed
-                } else {
-                    OnFlash::Absent(guard)
+                return match (released, gone) {
+                    (true, _) => OnFlash::Changed { gone },
+                    (false, true) => OnFlash::Gone(guard),
+                    (false, false) => OnFlash::Absent(guard),
                 };
             };
             if flash.is_stale(location) {
                 // Its page was evicted: memcached's miss from extstore, found without a read.
                 bump(&flash.counters.misses, 1);
                 self.unlink_flash(&mut guard, slot, location);
+                gone = true;
                 continue;
             }
             let read = match flash.take_landed(location) {
@@ -478,6 +486,7 @@ impl Store {
                 Ok(record) => record,
                 Err(counted) => {
                     bump(&flash.counters.misses, 1);
+                    gone |= slot.is_some();
                     if let Some(slot) = slot {
                         if counted {
                             self.unlink_flash(sh, slot, location);
@@ -505,7 +514,7 @@ impl Store {
             }
             if slot.is_none() {
                 // Replaced or removed while the lock was let go.
-                return OnFlash::Changed;
+                return OnFlash::Changed { gone };
             }
             return OnFlash::Found(
                 guard,
@@ -857,8 +866,8 @@ impl Store {
             return Before::Go(guard);
         }
         let (mut guard, fetched) = match self.fetch(guard, shard, key) {
-            OnFlash::Absent(guard) => return Before::Go(guard),
-            OnFlash::Changed => return Before::Again,
+            OnFlash::Absent(guard) | OnFlash::Gone(guard) => return Before::Go(guard),
+            OnFlash::Changed { .. } => return Before::Again,
             OnFlash::Deferred => return Before::Deferred,
             OnFlash::Found(guard, fetched) => (guard, fetched),
         };

@@ -317,7 +317,14 @@ impl Store {
         let now = self.clock.now();
         let (mut guard, fetched) = match self.fetch(guard, shard, key) {
             OnFlash::Absent(_) | OnFlash::Deferred => return Err(Miss::NotFound),
-            OnFlash::Changed => return self.read_item::<_, true, _>(key.bytes, touch, read),
+            OnFlash::Gone(_) => return Err(self.gone_from_flash()),
+            OnFlash::Changed { gone } => {
+                let again = self.read_item::<_, true, _>(key.bytes, touch, read);
+                return match again {
+                    Err(Miss::NotFound) if gone => Err(self.gone_from_flash()),
+                    again => again,
+                };
+            }
             OnFlash::Found(guard, fetched) => (guard, fetched),
         };
         let sh = &mut *guard;
@@ -342,6 +349,13 @@ impl Store {
         }
         self.count_flash_get();
         Ok(self.read_fetched(sh, key, &fetched, now, read))
+    }
+
+    /// A get whose entry named flash that no longer holds the item: counted a read from flash,
+    /// as memcached counts it (`miss_from_extstore` counted it as it went).
+    fn gone_from_flash(&self) -> Miss {
+        self.count_flash_get();
+        Miss::GoneFromFlash
     }
 
     /// A read's view of the item at `loc` (header `h`, bytes from `item` on, its segment opened
