@@ -336,13 +336,15 @@ fn idle_items_go_to_flash_before_memory_runs_out() {
     assert_eq!(get(&s, b"small").unwrap(), b"stays in memory");
 }
 
-#[test]
-fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
+/// Three threads set, delete, touch and get `keys` keys at random while a fourth runs the
+/// background work, in front of `flash_mib` of flash; every value read must be its key's.
+/// Returns the store, settled.
+fn stress(name: &str, flash_mib: u64, keys: u32) -> (Dir, Store) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = Dir::new("stress");
+    let dir = Dir::new(name);
     let s = flash_store(
         &dir,
-        12,
+        flash_mib,
         FlashSettings {
             compact_under: 4,
             recache_rate: 50,
@@ -351,7 +353,6 @@ fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
         },
     );
     let stop = AtomicBool::new(false);
-    const KEYS: u32 = 12_000;
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
@@ -370,7 +371,7 @@ fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let n = (x % u64::from(KEYS)) as u32;
+                        let n = (x % u64::from(keys)) as u32;
                         let k = key(n);
                         match x >> 60 {
                             0..=5 => {
@@ -404,11 +405,27 @@ fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
         "{stats:?}"
     );
     assert_eq!(stats.bad_crc, 0);
-    for n in 0..KEYS {
+    (dir, s)
+}
+
+#[test]
+fn concurrent_commands_and_background_work_never_serve_a_wrong_value() {
+    let (_dir, s) = stress("stress", 12, 12_000);
+    for n in 0..12_000 {
         if let Some(value) = get(&s, &key(n)) {
             verify(n, &value);
         }
     }
+}
+
+#[test]
+fn concurrent_commands_while_pages_are_evicted_again_and_again_never_serve_a_wrong_value() {
+    // Four 1 MiB pages under 30,000 keys: each page evicted many times, so the index is swept
+    // of stale entries while the commands run, and lookups meet stale entries too.
+    let (_dir, s) = stress("stress-evicted", 4, 30_000);
+    let stats = s.flash_stats().unwrap();
+    assert!(stats.page_evictions >= 4 * 4, "{stats:?}");
+    found_of(&s, 30_000);
 }
 
 #[test]

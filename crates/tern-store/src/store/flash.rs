@@ -527,13 +527,16 @@ impl Store {
         }
     }
 
-    /// Drops, without reading it, a flash entry that may be `key`'s (a `set` replacing it).
-    pub(crate) fn drop_flash_candidate(&self, sh: &mut Shard, key: Key) {
+    /// Drops, without reading them, the flash entries that may be `key`'s (a `set` replacing
+    /// it). All of them: another key's entry with the same tag and check bits goes too (a set
+    /// never waits for flash), so that the key's own never stays behind its new item, where no
+    /// lookup would meet it again.
+    pub(crate) fn drop_flash_candidates(&self, sh: &mut Shard, key: Key) {
         if self.flash.is_none() {
             return;
         }
         let hash = self.hasher.hash_one(key.bytes);
-        if let Some((slot, location)) = self.flash_candidate(sh, key, hash, &[]) {
+        while let Some((slot, location)) = self.flash_candidate(sh, key, hash, &[]) {
             self.unlink_flash(sh, slot, location);
         }
     }
@@ -862,7 +865,7 @@ impl Store {
             return Before::Go(guard);
         }
         if intent == Intent::Overwrite {
-            self.drop_flash_candidate(&mut guard, key);
+            self.drop_flash_candidates(&mut guard, key);
             return Before::Go(guard);
         }
         let (mut guard, fetched) = match self.fetch(guard, shard, key) {

@@ -232,7 +232,7 @@ impl Store {
         };
         if found.is_none() && self.flash.is_some() {
             // Sets never wait for flash: an entry there that may be this key's goes unread.
-            self.drop_flash_candidate(sh, key);
+            self.drop_flash_candidates(sh, key);
         }
         let version = Version {
             flags,
