@@ -66,16 +66,18 @@ thread_local! {
 
 /// What looking for a key on flash came to.
 pub(crate) enum OnFlash<'a> {
-    /// No flash entry may be the key's; the lock was held throughout.
+    /// No flash entry may be the key's, nor (if the lock was let go for a read) an item in
+    /// memory, under the lock held now.
     Absent(ShardGuard<'a>),
-    /// The key's entry named flash that no longer holds the item (its page evicted): it is
-    /// gone now; the lock was held throughout.
+    /// The key's entry named flash that no longer holds the item (its page evicted, or the
+    /// read failed): it is gone now; otherwise as `Absent`.
     Gone(ShardGuard<'a>),
     /// The entry's record has not been read, and this thread defers reads: the command
     /// must end without an effect (its caller runs it again once the read has landed).
     Deferred,
-    /// The lock was let go and something changed: look again, in memory first. `gone`: a
-    /// read found no item where the key's entry pointed, and the entry went.
+    /// The lock was let go and something changed (memory has the key now, or its entry was
+    /// replaced): look again, in memory first. `gone`: a read found no item where the key's
+    /// entry pointed, and the entry went.
     Changed {
         gone: bool,
     },
@@ -440,10 +442,16 @@ impl Store {
         let mut gone = false;
         loop {
             let Some((slot, location)) = self.flash_candidate(&guard, key, hash, &skip) else {
-                return match (released, gone) {
-                    (true, _) => OnFlash::Changed { gone },
-                    (false, true) => OnFlash::Gone(guard),
-                    (false, false) => OnFlash::Absent(guard),
+                // With the lock let go for a read, memory may have the key now; if not, what
+                // was looked at under this lock is the answer (looking again would read the
+                // same false candidates again, and again).
+                if released && self.lookup(&guard, key).is_some() {
+                    return OnFlash::Changed { gone };
+                }
+                return if gone {
+                    OnFlash::Gone(guard)
+                } else {
+                    OnFlash::Absent(guard)
                 };
             };
             if flash.is_stale(location) {
