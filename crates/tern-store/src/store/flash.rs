@@ -231,7 +231,7 @@ impl Store {
             bad_crc: load(&c.bad_crc),
             recaches: load(&c.recaches),
             false_reads: load(&c.false_reads),
-            stale_entries: load(&c.stale_entries),
+            stale_entries: f.stale_entries(),
             bytes_set: total,
         })
     }

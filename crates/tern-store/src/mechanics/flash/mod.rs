@@ -588,15 +588,14 @@ impl Flash {
 
     /// Stale entries some index still holds.
     pub(crate) fn stale_entries(&self) -> u64 {
-        self.counters.stale_entries.load(Relaxed)
+        // Held as two's complement: an entry may leave (a lookup, a sweep) between its page's
+        // eviction and the eviction's count of it, taking the count below zero for a moment.
+        (self.counters.stale_entries.load(Relaxed) as i64).max(0) as u64
     }
 
     /// `n` stale entries left the index.
     pub(crate) fn forget_stale(&self, n: u64) {
-        let _ = self
-            .counters
-            .stale_entries
-            .fetch_update(Relaxed, Relaxed, |stale| Some(stale.saturating_sub(n)));
+        self.counters.stale_entries.fetch_sub(n, Relaxed);
     }
 
     /// Evicts a page taken by `take_victim` without reading it: its generation advances, so
