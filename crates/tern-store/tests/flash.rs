@@ -425,7 +425,52 @@ fn concurrent_commands_while_pages_are_evicted_again_and_again_never_serve_a_wro
     let (_dir, s) = stress("stress-evicted", 4, 30_000);
     let stats = s.flash_stats().unwrap();
     assert!(stats.page_evictions >= 4 * 4, "{stats:?}");
-    found_of(&s, 30_000);
+    // Every item counted is found: no entry stays where no lookup meets it. Reads from here
+    // on bring nothing back into memory, so they move no item.
+    let knobs = s.flash_knobs().unwrap();
+    knobs.set(&FlashSettings {
+        recache_rate: 0,
+        ..knobs.get()
+    });
+    let curr_items = s.stats().curr_items;
+    assert_eq!(found_of(&s, 30_000), curr_items);
+}
+
+#[test]
+fn an_item_sent_to_flash_while_its_new_version_is_written_leaves_no_entry_behind() {
+    // A set that must make room may send the item it replaces to flash (its segment evicted):
+    // the entry there went on pointing at the old version, behind the new one in memory, and
+    // counted in curr_items (found in 7 of 10 runs of this, each at some point).
+    let dir = Dir::new("replaced-to-flash");
+    let s = flash_store(&dir, 4, no_recache());
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..180_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = (x % 30_000) as u32;
+        let k = key(n);
+        match x >> 60 {
+            0..=5 => {
+                set(&s, &k, &stamped(n, i, 600 + (x >> 40) as usize % 900));
+            }
+            6 => {
+                s.delete(&k);
+            }
+            _ => {
+                if let Some(value) = get(&s, &k) {
+                    verify(n, &value);
+                }
+            }
+        }
+        if i % 64 == 0 {
+            settle(&s);
+        }
+        if i % 5_000 == 0 {
+            let curr_items = s.stats().curr_items;
+            assert_eq!(found_of(&s, 30_000), curr_items, "after {i} commands");
+        }
+    }
 }
 
 #[test]

@@ -355,11 +355,17 @@ impl Store {
                 access,
             );
         }
-        // Making room may have evicted `old`, or moved it (merge).
+        // Making room may have evicted `old`, moved it (merge), or sent it to flash, where its
+        // entry would stay behind the new item (no lookup meets it while the item is in
+        // memory): that entry goes.
         let old = if sh.churn == churn {
             old
         } else {
-            self.lookup(sh, key).map(Replaced::of)
+            let moved = self.lookup(sh, key).map(Replaced::of);
+            if moved.is_none() && old.is_some() {
+                self.drop_flash_candidates(sh, key);
+            }
+            moved
         };
         let item = Footprint {
             data_len: key.bytes.len() + value_len,
