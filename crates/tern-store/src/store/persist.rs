@@ -565,10 +565,17 @@ impl Store {
         sh.index.reserve(entries);
         self.refresh_hint(sh);
         self.pool().uncharge_index(old);
+        // Saved in heap order (`snapshot_meta`), so strictly rising: a location listed twice
+        // would link one item twice and count it twice.
+        let mut previous = 0;
         for &packed in &state.live {
             if packed >> OFFSET_BITS == 0 {
                 return Err(format!("shard {id} lists an item at no segment"));
             }
+            if packed <= previous {
+                return Err(format!("shard {id} lists its items out of heap order"));
+            }
+            previous = packed;
             let loc = Loc::unpack(packed);
             if !is_own_head(loc.seg) {
                 return Err(format!("shard {id} lists an item in segment {}", loc.seg));
@@ -1368,6 +1375,13 @@ mod tests {
             let why = refused(&file, config(), &resealed(meta, last_loc, lie));
             assert!(!why.contains("checksum"), "{lie:#x}: {why}");
         }
+        // The last location repeats the one before it: an item listed twice. Told explicitly,
+        // as `real ^ (1 << 20)` may name the item a segment below `real` only now and then.
+        let meta = saved(&file);
+        let last_loc = meta.len() - 16;
+        let before = u64::from_le_bytes(meta[last_loc - 8..last_loc].try_into().unwrap());
+        let why = refused(&file, config(), &resealed(meta, last_loc, before));
+        assert!(why.contains("heap order"), "{why}");
         // Segment 0's write offset (with its max expiry) past its end: the segment records
         // start after 108 bytes of header (see `encode`), the write offset 12 bytes in.
         let why = refused(&file, config(), &resealed(saved(&file), 108 + 12, u64::MAX));
