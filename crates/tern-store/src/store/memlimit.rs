@@ -562,4 +562,96 @@ mod tests {
         let (in_memory, _) = residency(&s);
         assert!(in_memory <= limit, "{in_memory} segments in memory");
     }
+
+    /// A write that grows the index may evict the segment holding the item it changes, and
+    /// with a flash tier send that item to flash. The index grows before the write looks at
+    /// flash, so the write meets the item there: a `replace` replaced it (it answered NOT_STORED
+    /// while the item sat on flash), and a set with a given CAS (the general write path) left
+    /// no entry of the old version behind its new item (counted in `curr_items`, never found).
+    #[test]
+    fn a_write_whose_index_growth_sends_its_item_to_flash_still_finds_it_there() {
+        use crate::mechanics::flash_config::{FlashConfig, FlashFile, FlashSettings};
+        let dir = std::env::temp_dir().join(format!("tern-store-grow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = Store::new(
+            Config {
+                heap_bytes: 4 << 20,
+                shards: 1,
+                eviction: Eviction::Fifo,
+                flash: Some(FlashConfig {
+                    files: vec![FlashFile {
+                        path: dir.join("flash"),
+                        bytes: 64 << 20,
+                    }],
+                    page_size: 1 << 20,
+                    wbuf_size: 256 << 10,
+                    io_threads: 1,
+                    knobs: FlashSettings {
+                        item_size: 64,
+                        recache_rate: 0,
+                        ..FlashSettings::default()
+                    },
+                }),
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(1_700_000_000)),
+        )
+        .unwrap();
+        let settle = |s: &Store| while s.flash_work().is_zero() {};
+        let key = |n: u32| format!("key:{n}").into_bytes();
+        let mut next = 0u32;
+        let mut growths = 0;
+        let writes: [fn(&Store, &[u8]) -> StoreOutcome; 2] = [
+            |s, k| s.store(StoreOp::Replace, k, 0, Expiry::NEVER, &[2; 500]),
+            |s, k| s.store_with_cas(StoreOp::Set, k, 0, Expiry::NEVER, &[2; 500], Some(7)),
+        ];
+        for write in writes {
+            // Fill until the next entry grows the index, and the heap has no room for that.
+            loop {
+                s.store(StoreOp::Set, &key(next), 0, Expiry::NEVER, &[1; 500]);
+                next += 1;
+                if next % 64 == 0 {
+                    settle(&s);
+                }
+                let sh = s.lock(0);
+                let pool = s.pool();
+                let grown = pool.index_bytes() + sh.index.grown_bytes();
+                if sh.index.needs_room() && pool.in_use() + grown / s.segs.size() > pool.limit() {
+                    break;
+                }
+            }
+            settle(&s);
+            // The changed item sits in the segment FIFO eviction takes first.
+            let target = {
+                let sh = s.lock(0);
+                let oldest = sh.chains.iter().find_map(|c| c.front().copied()).unwrap();
+                (0..next)
+                    .find(|&n| {
+                        let bytes = key(n);
+                        let (_, k) = s.hash(&bytes);
+                        s.lookup(&sh, k).is_some_and(|f| f.loc.seg == oldest)
+                    })
+                    .unwrap()
+            };
+            let items = s.stats().curr_items;
+            let written = s.flash_stats().unwrap().objects_written;
+            let outcome = write(&s, &key(target));
+            assert!(
+                matches!(outcome, StoreOutcome::Stored { .. }),
+                "{outcome:?}"
+            );
+            settle(&s);
+            assert!(
+                s.flash_stats().unwrap().objects_written > written,
+                "nothing went to flash"
+            );
+            assert!(!s.lock(0).index.needs_room());
+            growths += 1;
+            let value = s.get(&key(target), |item| item.value.to_vec()).unwrap();
+            assert_eq!(value, [2; 500]);
+            assert_eq!(s.stats().curr_items, items);
+        }
+        assert_eq!(growths, 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

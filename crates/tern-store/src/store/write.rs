@@ -113,6 +113,11 @@ impl Store {
             let now = self.clock.now();
             let mut guard = self.lock(shard);
             if self.flash.is_some() {
+                // Growing the index may evict, and send the item this write changes to flash:
+                // grown first, so that `before_write` meets it there.
+                if guard.index.needs_room() && !self.grow_index(&mut guard, now) {
+                    return self.fail(&mut guard, op, key, run, StoreOutcome::OutOfMemory);
+                }
                 let intent = match op {
                     StoreOp::Set => Intent::Overwrite,
                     StoreOp::Append(_) | StoreOp::Prepend(_) => Intent::Refuse,
