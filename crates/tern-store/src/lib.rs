@@ -54,6 +54,7 @@ pub use mechanics::error::StoreError;
 pub use mechanics::flash::FlashWaker;
 pub use mechanics::flash_config::{
     FlashConfig, FlashFile, FlashKnobs, FlashPageInfo, FlashSettings, FlashStats,
+    DEFAULT_READ_DEPTH,
 };
 pub use mechanics::heap::PageKind;
 pub use mechanics::types::{

@@ -429,6 +429,7 @@ fn a_set_drops_every_flash_entry_that_may_be_its_key() {
             page_size: 1 << 20,
             wbuf_size: 256 << 10,
             io_threads: 1,
+            read_depth: DEFAULT_READ_DEPTH,
             knobs: FlashSettings {
                 item_size: 64,
                 recache_rate: 0,

@@ -7,7 +7,7 @@ mod common;
 use common::{set, stamped, store_with, verify, T0};
 use tern_store::{
     Arith, ArithError, Config, Expiry, FlashConfig, FlashFile, FlashSettings, Miss, Refused, Store,
-    StoreOp, StoreOutcome,
+    StoreOp, StoreOutcome, DEFAULT_READ_DEPTH,
 };
 
 struct Dir(std::path::PathBuf);
@@ -41,6 +41,7 @@ fn flash_config(dir: &Dir, flash_mib: u64, knobs: FlashSettings) -> Config {
             page_size: 1 << 20,
             wbuf_size: 256 << 10,
             io_threads: 1,
+            read_depth: DEFAULT_READ_DEPTH,
             knobs,
         }),
         ..Config::default()

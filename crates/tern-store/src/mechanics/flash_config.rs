@@ -25,8 +25,15 @@ pub struct FlashConfig {
     pub wbuf_size: usize,
     /// memcached's `ext_threads` (default 1): threads writing buffers and reading pages back.
     pub io_threads: usize,
+    /// Reads the workers' own rings keep in flight at most, all together (tern's own: the
+    /// server sets it from the files' devices). Past the device's request queue a submission
+    /// sleeps in the kernel until a request frees, and the worker with it.
+    pub read_depth: usize,
     pub knobs: FlashSettings,
 }
+
+/// `read_depth` where the server knows no device's queue.
+pub const DEFAULT_READ_DEPTH: usize = 128;
 
 impl Default for FlashConfig {
     fn default() -> FlashConfig {
@@ -35,6 +42,7 @@ impl Default for FlashConfig {
             page_size: 64 << 20,
             wbuf_size: 4 << 20,
             io_threads: 1,
+            read_depth: DEFAULT_READ_DEPTH,
             knobs: FlashSettings::default(),
         }
     }

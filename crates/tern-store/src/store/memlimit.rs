@@ -570,7 +570,9 @@ mod tests {
     /// no entry of the old version behind its new item (counted in `curr_items`, never found).
     #[test]
     fn a_write_whose_index_growth_sends_its_item_to_flash_still_finds_it_there() {
-        use crate::mechanics::flash_config::{FlashConfig, FlashFile, FlashSettings};
+        use crate::mechanics::flash_config::{
+            FlashConfig, FlashFile, FlashSettings, DEFAULT_READ_DEPTH,
+        };
         let dir = std::env::temp_dir().join(format!("tern-store-grow-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let s = Store::new(
@@ -586,6 +588,7 @@ mod tests {
                     page_size: 1 << 20,
                     wbuf_size: 256 << 10,
                     io_threads: 1,
+                    read_depth: DEFAULT_READ_DEPTH,
                     knobs: FlashSettings {
                         item_size: 64,
                         recache_rate: 0,

@@ -6,10 +6,20 @@
 //! watch an fd) ask the I/O threads instead (`Flash::ask`), and so does a ring for a record
 //! longer than a block: the worker never reads synchronously.
 //!
+//! Nor does its submission wait: all the rings together keep at most `read_depth` reads in
+//! flight (half the device's request queue), the rest wait in each ring's backlog and start as
+//! reads complete. And a completion does not interrupt the worker: its work is deferred to the
+//! worker's next `reap` (DEFER_TASKRUN). With both, 64 connections of multigets of 8 read at
+//! 0.95-1.02 of fio's depth-128 IOPS where they read at 0.79-0.95 (2026-11-27, see
+//! docs/performance.md).
+//!
 //! The reads land where the I/O threads land theirs (`Flash::land`): another worker that asks
 //! for a location in flight on this ring is woken when it lands.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::buf::{AlignedBuf, BLOCK};
@@ -28,6 +38,10 @@ pub(crate) struct DirectRing {
     /// The reads in flight, by their index (an entry's user data); `None` is free.
     in_flight: Vec<Option<InFlight>>,
     free: Vec<usize>,
+    /// Reads asked for and registered, waiting for room on the device (`Flash::ring_reads`).
+    pub(super) backlog: VecDeque<u64>,
+    /// Reads in flight on every worker's ring (`Flash::ring_reads`), shared with them.
+    all_in_flight: Arc<AtomicUsize>,
     /// The worker's waker: another worker's read of a location this one also asked for wakes
     /// it, as does an I/O thread's read of what the ring handed over.
     wake: FlashWaker,
@@ -68,11 +82,18 @@ impl DirectRing {
     }
 }
 
+impl DirectRing {
+    pub(super) fn own_in_flight(&self) -> usize {
+        self.in_flight.len() - self.free.len()
+    }
+}
+
 impl Drop for DirectRing {
     /// The kernel writes into the buffers of reads in flight until they complete: wait for
     /// each before the buffers go.
     fn drop(&mut self) {
-        let mut left = self.in_flight.iter().filter(|r| r.is_some()).count();
+        let mut left = self.own_in_flight();
+        self.all_in_flight.fetch_sub(left, Relaxed);
         while left > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => left = left.saturating_sub(self.ring.completion().count()),
@@ -95,7 +116,16 @@ impl Flash {
     /// A ring for the calling worker's reads, woken through `wake`; `None` where the kernel
     /// gives no io_uring or eventfd.
     pub(crate) fn direct_ring(&self, wake: FlashWaker) -> Option<DirectRing> {
-        let ring = io_uring::IoUring::new(DIRECT_ENTRIES).ok()?;
+        // Only this worker submits and reaps, so a completion's work waits for its next
+        // `reap` instead of interrupting it (DEFER_TASKRUN, Linux 6.1; the eventfd is signalled
+        // when the first of a batch is queued). Older kernels: an ordinary ring.
+        let ring = io_uring::IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(DIRECT_ENTRIES)
+            .or_else(|_| io_uring::IoUring::new(DIRECT_ENTRIES))
+            .ok()?;
         // SAFETY: eventfd with valid flags; a non-negative result is a new descriptor we own.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -109,14 +139,16 @@ impl Flash {
             signal,
             in_flight: Vec::new(),
             free: Vec::new(),
+            backlog: VecDeque::new(),
+            all_in_flight: self.ring_reads.clone(),
             wake,
         })
     }
 
     /// Starts the reads of `locations` on `direct`: a location read already, or in a buffer
     /// not yet written, lands at once (the worker is signalled); one in flight or queued
-    /// already gains the worker as an asker; the rest go on the ring, or to the I/O threads
-    /// when it is full.
+    /// already gains the worker as an asker; the rest join the ring's backlog, which starts
+    /// what the device has room for (`start_backlog`).
     pub(crate) fn submit(&self, direct: &mut DirectRing, locations: &[u64]) {
         let mut to_read = Vec::new();
         let mut landed_now = false;
@@ -141,9 +173,28 @@ impl Flash {
                 }
             }
         }
+        direct.backlog.extend(to_read);
+        self.start_backlog(direct, landed_now);
+    }
+
+    /// Starts the backlog's reads while the device has room for them: fewer than
+    /// `ring_read_limit` in flight on all rings, or none on this one (so that every ring with a
+    /// backlog has a read whose completion wakes it to start more). Past the device's request
+    /// queue a submission would sleep in the kernel for a free request, and the worker with it
+    /// (11.5 % of its core in iowait, 64 connections of multigets of 8, 2026-11-27).
+    fn start_backlog(&self, direct: &mut DirectRing, mut landed_now: bool) {
         let mut handed_over = Vec::new();
         let mut landed = Vec::new();
-        for location in to_read {
+        let mut started = 0;
+        while let Some(&location) = direct.backlog.front() {
+            let own = direct.own_in_flight();
+            let room = own == 0
+                || (own < DIRECT_ENTRIES as usize
+                    && direct.all_in_flight.load(Relaxed) < self.ring_read_limit);
+            if !room {
+                break;
+            }
+            direct.backlog.pop_front();
             let addr = self.geometry.addr_of(location);
             let (version, mut buf) = match self.start_read(addr) {
                 (version, Ok(buf)) => (version, buf),
@@ -154,13 +205,9 @@ impl Flash {
             };
             let index = match direct.free.pop() {
                 Some(index) => index,
-                None if direct.in_flight.len() < DIRECT_ENTRIES as usize => {
+                None => {
                     direct.in_flight.push(None);
                     direct.in_flight.len() - 1
-                }
-                None => {
-                    handed_over.push(location);
-                    continue;
                 }
             };
             let read = self.block_read(addr, &mut buf, index as u64);
@@ -179,9 +226,13 @@ impl Flash {
                 version,
                 buf,
             });
+            direct.all_in_flight.fetch_add(1, Relaxed);
+            started += 1;
         }
-        if let Err(e) = direct.ring.submit() {
-            tracing::warn!("flash tier: a worker's reads were not submitted: {e}");
+        if started > 0 {
+            if let Err(e) = direct.ring.submit() {
+                tracing::warn!("flash tier: a worker's reads were not submitted: {e}");
+            }
         }
         if !landed.is_empty() {
             landed_now = true;
@@ -199,6 +250,11 @@ impl Flash {
     /// block goes to the I/O threads to be read whole.
     pub(crate) fn reap(&self, direct: &mut DirectRing) {
         direct.clear();
+        // Runs the completions' deferred work (the TASKRUN flag makes this enter carry
+        // GETEVENTS), which posts them.
+        if let Err(e) = direct.ring.submit() {
+            tracing::warn!("flash tier: a worker's completions were not run: {e}");
+        }
         let done: Vec<(usize, i32)> = direct
             .ring
             .completion()
@@ -211,6 +267,7 @@ impl Flash {
                 continue;
             };
             direct.free.push(index);
+            direct.all_in_flight.fetch_sub(1, Relaxed);
             if result < 0 {
                 let error = std::io::Error::from_raw_os_error(-result);
                 landed.push((read.location, Err(error)));
@@ -229,6 +286,7 @@ impl Flash {
         if !handed_over.is_empty() {
             self.hand_over(&direct.wake, &handed_over);
         }
+        self.start_backlog(direct, false);
     }
 
     /// Lands reads done on a worker's ring, waking the other workers that asked too.

@@ -300,6 +300,9 @@ pub(crate) struct Flash {
     pub(crate) evicting: Mutex<()>,
     /// Signalled when a read is queued.
     read_queued: parking_lot::Condvar,
+    /// Reads in flight on the workers' rings, and how many may be (`FlashConfig::read_depth`).
+    ring_reads: Arc<std::sync::atomic::AtomicUsize>,
+    ring_read_limit: usize,
 }
 
 impl Flash {
@@ -362,6 +365,8 @@ impl Flash {
             reads: Mutex::new(Reads::default()),
             evicting: Mutex::new(()),
             read_queued: parking_lot::Condvar::new(),
+            ring_reads: Arc::default(),
+            ring_read_limit: config.read_depth.max(1),
         })
     }
 
@@ -911,6 +916,69 @@ mod tests {
             "the I/O thread wakes the ring's worker"
         );
         drop(ring);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The workers' rings keep at most `read_depth` reads in flight together; the rest wait in
+    /// each ring's backlog and start as reads complete. A ring with none in flight starts one
+    /// whatever the others hold, so its completion wakes it for the rest of its backlog.
+    #[test]
+    fn workers_rings_keep_at_most_the_read_depth_in_flight_and_read_everything() {
+        let dir = temp_dir("depth");
+        let f = Flash::open(&FlashConfig {
+            files: vec![FlashFile {
+                path: dir.join("flash"),
+                bytes: 4 << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            read_depth: 2,
+            ..FlashConfig::default()
+        })
+        .unwrap();
+        let sizes = [3000; 14];
+        let addrs = append_items(&f, &sizes);
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        let locations: Vec<u64> = addrs.iter().map(|&a| f.location(a, 0)).collect();
+        let waker = || -> FlashWaker { Arc::new(|| {}) };
+        let (Some(mut first), Some(mut second)) = (f.direct_ring(waker()), f.direct_ring(waker()))
+        else {
+            // No io_uring here: workers use the I/O threads, tested elsewhere.
+            return;
+        };
+        f.submit(&mut first, &locations[..10]);
+        assert_eq!((first.own_in_flight(), first.backlog.len()), (2, 8));
+        f.submit(&mut second, &locations[10..]);
+        assert_eq!((second.own_in_flight(), second.backlog.len()), (1, 3));
+        let mut fds = [&first, &second].map(|ring| libc::pollfd {
+            fd: ring.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for _ in 0..1000 {
+            if locations.iter().all(|&l| f.is_landed(l)) {
+                break;
+            }
+            // SAFETY: two valid pollfds for the call's length.
+            assert!(
+                unsafe { libc::poll(fds.as_mut_ptr(), 2, 10_000) } > 0,
+                "reads complete"
+            );
+            f.reap(&mut first);
+            f.reap(&mut second);
+            let in_flight = f.ring_reads.load(Relaxed);
+            assert!(in_flight <= 3, "{in_flight} in flight");
+            assert_eq!(in_flight, first.own_in_flight() + second.own_in_flight());
+        }
+        for (n, &l) in locations.iter().enumerate() {
+            match f.take_landed(l).unwrap().unwrap() {
+                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
+                _ => panic!("record {n} failed its check"),
+            }
+        }
+        assert_eq!(f.ring_reads.load(Relaxed), 0);
+        drop((first, second));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
