@@ -183,8 +183,43 @@ fn value_lines(prefix: &str, keys: &[u32], value: impl Fn(u32) -> Vec<u8>) -> Ve
 
 #[test]
 fn items_beyond_memory_are_served_from_flash_by_every_get() {
-    let dir = Scratch::new("serve");
-    let server = flash_server(&dir, &[]);
+    served_from_flash_by_every_get("epoll");
+}
+
+/// The io_uring engine's workers read flash on rings of their own too, their completions
+/// noticed through the engine's mio poll (before, its reads went through the I/O threads).
+#[test]
+fn the_io_uring_engine_serves_flash_as_epoll_does() {
+    served_from_flash_by_every_get("uring");
+}
+
+/// io_uring instances the process holds open.
+fn rings(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy() == "anon_inode:[io_uring]")
+        .count()
+}
+
+fn served_from_flash_by_every_get(engine: &str) {
+    let dir = Scratch::new(&format!("serve-{engine}"));
+    let server = flash_server(&dir, &["--io-engine", engine, "-t", "2"]);
+    // Each worker's ring for its flash reads (and under io_uring its sockets' ring), before any
+    // read (the I/O threads open theirs at their first); the workers make them as they start.
+    // None where the kernel has no io_uring.
+    let per_worker = if engine == "uring" { 2 } else { 1 };
+    let mut open = rings(server.pid());
+    for _ in 0..200 {
+        if open == 2 * per_worker {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        open = rings(server.pid());
+    }
+    if open > 0 {
+        assert_eq!(open, 2 * per_worker, "io_uring instances of 2 workers");
+    }
     fill(&server, 0..2_400);
     let mut conn = server.connect();
     let stats = conn.stats("stats\r\n");

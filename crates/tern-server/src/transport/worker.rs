@@ -25,8 +25,9 @@ pub const WAKER: Token = Token(0);
 const FIRST_LISTENER: usize = 1;
 /// UDP socket tokens (`-U`) start here, above any listener's.
 const FIRST_UDP: usize = 1 << 19;
-/// This worker's flash reads completed (the eventfd of its own ring: `Worker::run`).
-const FLASH_READS: Token = Token(FIRST_UDP - 1);
+/// This worker's flash reads completed (the eventfd of its own ring: `Worker::run`, and the
+/// io_uring engine's mio poll, whose UDP tokens stay far below).
+pub const FLASH_READS: Token = Token(FIRST_UDP - 1);
 /// Connection tokens start here (listener tokens sit below).
 const FIRST_CONN: usize = 1 << 20;
 /// Connections served since the last sweep that may still hold buffers: past this many, the

@@ -29,7 +29,7 @@ use crate::transport::net::Listener;
 use crate::transport::stream::{RingIo, Stream};
 use crate::transport::udp::UdpServer;
 use crate::transport::worker::{
-    AcceptRetry, Worker, ACCEPT_RETRY, DRAIN_PATIENCE, MAX_HOLDERS, WAKER,
+    AcceptRetry, Worker, ACCEPT_RETRY, DRAIN_PATIENCE, FLASH_READS, MAX_HOLDERS, WAKER,
 };
 
 mod accept;
@@ -198,6 +198,18 @@ impl Engine {
             poll.registry()
                 .register(&mut socket, Token(1 + i), Interest::READABLE)?;
             servers.push(UdpServer::new(socket));
+        }
+        if let Some(wake) = shared.workers[id].flash_waker.get() {
+            // The worker submits its flash reads on a ring of its own, as the epoll worker
+            // does (without, they go through the I/O threads: a third of the reads a second).
+            let registry = poll.registry();
+            shared.store.read_flash_on_this_thread(wake.clone(), |fd| {
+                registry.register(
+                    &mut mio::unix::SourceFd(&fd),
+                    FLASH_READS,
+                    Interest::READABLE,
+                )
+            });
         }
         let started = shared.started;
         shared.list_listeners(id, listeners.iter().filter_map(|l| l.conn_entry(started)));
@@ -601,19 +613,27 @@ impl Engine {
         }
     }
 
-    /// The mio poll's descriptor is readable: the main thread woke us, or UDP datagrams came.
+    /// The mio poll's descriptor is readable: the main thread woke us, flash reads landed, or
+    /// UDP datagrams came.
     fn poll_mio(&mut self) {
         if let Err(e) = self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!(worker = self.id, "poll failed: {e}");
             }
         }
-        let udp: Vec<usize> = self
-            .events
-            .iter()
-            .filter_map(|e| e.token().0.checked_sub(1))
-            .collect();
-        if self.events.iter().any(|e| e.token() == WAKER) {
+        let mut udp = Vec::new();
+        let mut woken = false;
+        for event in self.events.iter() {
+            match event.token() {
+                WAKER => woken = true,
+                FLASH_READS => {
+                    self.shared.store.land_flash_reads_on_this_thread();
+                    woken = true;
+                }
+                Token(t) => udp.push(t - 1),
+            }
+        }
+        if woken {
             // A flash read landed (or the main thread called): the connections that wait
             // for one run their request again (one still unread waits again).
             let ops = Ops::new(&self.shared, self.id);
