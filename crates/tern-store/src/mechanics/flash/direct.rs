@@ -9,9 +9,9 @@
 //! Nor does its submission wait: all the rings together keep at most `read_depth` reads in
 //! flight (half the device's request queue), the rest wait in each ring's backlog and start as
 //! reads complete. And a completion does not interrupt the worker: its work is deferred to the
-//! worker's next `reap` (DEFER_TASKRUN). With both, 64 connections of multigets of 8 read at
-//! 0.95-1.02 of fio's depth-128 IOPS where they read at 0.79-0.95 (2026-11-27, see
-//! docs/performance.md).
+//! worker's next `reap` (DEFER_TASKRUN). The limit spared the worker 11-16 % of its time asleep
+//! in the kernel; what it carries is within the virtual disk's noise (docs/performance.md,
+//! 2026-11-27).
 //!
 //! The reads land where the I/O threads land theirs (`Flash::land`): another worker that asks
 //! for a location in flight on this ring is woken when it lands.
