@@ -330,6 +330,7 @@ impl Worker {
         for idx in 0..self.conns.len() {
             self.close(idx);
         }
+        self.shared.store.stop_reading_flash_on_this_thread();
         tracing::debug!(worker = self.id, "stopped");
     }
 

@@ -135,6 +135,16 @@ impl Store {
         });
     }
 
+    /// Ends this worker's own ring (`read_flash_on_this_thread`) as the worker stops: what it
+    /// has in flight or waiting is read and landed first, so that another worker that asked
+    /// for the same is woken.
+    pub fn stop_reading_flash_on_this_thread(&self) {
+        let Some(flash) = &self.flash else { return };
+        if let Some(direct) = DIRECT.take() {
+            flash.retire(direct);
+        }
+    }
+
     /// Starts the reads this thread's commands deferred: on its own ring when it has one,
     /// else queued for the I/O threads, `wake` called once a batch of them has landed.
     /// Returns what was asked for, for `flash_ready`.

@@ -320,6 +320,7 @@ impl Engine {
             self.close(idx);
         }
         let _ = self.ring.submit();
+        self.shared.store.stop_reading_flash_on_this_thread();
         tracing::debug!(worker = self.id, "stopped");
     }
 

@@ -289,6 +289,26 @@ impl Flash {
         self.start_backlog(direct, false);
     }
 
+    /// Reads everything `direct` has in flight or in its backlog and lands it, for a worker
+    /// that stops: the other workers that asked for the same locations wait for them to land.
+    pub(crate) fn retire(&self, mut direct: DirectRing) {
+        while direct.own_in_flight() > 0 {
+            match direct.ring.submit_and_wait(1) {
+                Ok(_) => self.reap(&mut direct),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!("flash tier: a stopping worker's reads failed: {e}");
+                    break;
+                }
+            }
+        }
+        // Left only when the ring failed: the I/O threads read them.
+        let left: Vec<u64> = direct.backlog.drain(..).collect();
+        if !left.is_empty() {
+            self.hand_over(&direct.wake, &left);
+        }
+    }
+
     /// Lands reads done on a worker's ring, waking the other workers that asked too.
     fn land_direct(&self, direct: &DirectRing, landed: Vec<(u64, std::io::Result<ReadOutcome>)>) {
         let woken = {

@@ -982,6 +982,53 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// A worker that stops reads what its ring has in flight and in its backlog and lands it:
+    /// another worker that asked for one of those locations is woken.
+    #[test]
+    fn a_stopping_workers_ring_lands_all_it_was_asked_for() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = temp_dir("retire");
+        let f = Flash::open(&FlashConfig {
+            files: vec![FlashFile {
+                path: dir.join("flash"),
+                bytes: 4 << 20,
+            }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            read_depth: 2,
+            ..FlashConfig::default()
+        })
+        .unwrap();
+        let sizes = [3000; 10];
+        let addrs = append_items(&f, &sizes);
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        let locations: Vec<u64> = addrs.iter().map(|&a| f.location(a, 0)).collect();
+        let Some(mut ring) = f.direct_ring(Arc::new(|| {})) else {
+            // No io_uring here: workers use the I/O threads, tested elsewhere.
+            return;
+        };
+        f.submit(&mut ring, &locations);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let counted = woken.clone();
+        let other: FlashWaker = Arc::new(move || {
+            counted.fetch_add(1, Relaxed);
+        });
+        // Another worker asks for the last, which waits in the backlog.
+        f.ask(&locations[9..], &other);
+        assert!(!f.is_landed(locations[9]));
+        f.retire(ring);
+        assert!(woken.load(Relaxed) >= 1, "the other asker is woken");
+        for (n, &l) in locations.iter().enumerate() {
+            match f.take_landed(l).unwrap().unwrap() {
+                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
+                _ => panic!("record {n} failed its check"),
+            }
+        }
+        assert_eq!(f.ring_reads.load(Relaxed), 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     #[test]
     fn a_page_written_again_fails_the_old_records_check() {
         let dir = temp_dir("reuse");
