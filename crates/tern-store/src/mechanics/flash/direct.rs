@@ -40,7 +40,8 @@ pub(crate) struct DirectRing {
     free: Vec<usize>,
     /// Reads asked for and registered, waiting for room on the device (`Flash::ring_reads`).
     pub(super) backlog: VecDeque<u64>,
-    /// Reads in flight on every worker's ring (`Flash::ring_reads`), shared with them.
+    /// Reads in flight on every worker's ring (`Flash::ring_reads`), shared with them. Relaxed:
+    /// a soft limit, which workers checking it at once may pass by a read each.
     all_in_flight: Arc<AtomicUsize>,
     /// The worker's waker: another worker's read of a location this one also asked for wakes
     /// it, as does an I/O thread's read of what the ring handed over.
@@ -68,6 +69,11 @@ impl DirectRing {
         unsafe { libc::write(self.signal.as_raw_fd(), one.as_ptr().cast(), one.len()) };
     }
 
+    /// Reads in flight on this ring.
+    pub(super) fn own_in_flight(&self) -> usize {
+        self.in_flight.len() - self.free.len()
+    }
+
     /// Clears the signal (before the completions are reaped, so none is missed).
     fn clear(&self) {
         let mut count = [0u8; 8];
@@ -79,12 +85,6 @@ impl DirectRing {
                 count.len(),
             )
         };
-    }
-}
-
-impl DirectRing {
-    pub(super) fn own_in_flight(&self) -> usize {
-        self.in_flight.len() - self.free.len()
     }
 }
 
