@@ -421,21 +421,7 @@ fn a_set_drops_every_flash_entry_that_may_be_its_key() {
     let config = Config {
         heap_bytes: 4 << 20,
         shards: 4,
-        flash: Some(FlashConfig {
-            files: vec![FlashFile {
-                path: dir.join("flash"),
-                bytes: 32 << 20,
-            }],
-            page_size: 1 << 20,
-            wbuf_size: 256 << 10,
-            io_threads: 1,
-            read_depth: DEFAULT_READ_DEPTH,
-            knobs: FlashSettings {
-                item_size: 64,
-                recache_rate: 0,
-                ..FlashSettings::default()
-            },
-        }),
+        flash: Some(FlashConfig::for_tests(dir.join("flash"), 32 << 20)),
         ..Config::default()
     };
     let s = Store::new(config, Arc::new(Clock::manual(T0))).unwrap();

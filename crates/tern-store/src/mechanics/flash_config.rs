@@ -48,6 +48,26 @@ impl Default for FlashConfig {
     }
 }
 
+#[cfg(test)]
+impl FlashConfig {
+    /// A small tier for the store's tests: `bytes` of the file at `path` in 1 MiB pages, 256 KiB
+    /// write buffers, one I/O thread, items of 64 bytes and up going to flash, none recached.
+    pub(crate) fn for_tests(path: PathBuf, bytes: u64) -> FlashConfig {
+        FlashConfig {
+            files: vec![FlashFile { path, bytes }],
+            page_size: 1 << 20,
+            wbuf_size: 256 << 10,
+            io_threads: 1,
+            read_depth: DEFAULT_READ_DEPTH,
+            knobs: FlashSettings {
+                item_size: 64,
+                recache_rate: 0,
+                ..FlashSettings::default()
+            },
+        }
+    }
+}
+
 /// The policy knobs, with memcached's defaults and meanings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlashSettings {

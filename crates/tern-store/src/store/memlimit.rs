@@ -570,9 +570,7 @@ mod tests {
     /// no entry of the old version behind its new item (counted in `curr_items`, never found).
     #[test]
     fn a_write_whose_index_growth_sends_its_item_to_flash_still_finds_it_there() {
-        use crate::mechanics::flash_config::{
-            FlashConfig, FlashFile, FlashSettings, DEFAULT_READ_DEPTH,
-        };
+        use crate::mechanics::flash_config::FlashConfig;
         let dir = std::env::temp_dir().join(format!("tern-store-grow-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let s = Store::new(
@@ -580,21 +578,7 @@ mod tests {
                 heap_bytes: 4 << 20,
                 shards: 1,
                 eviction: Eviction::Fifo,
-                flash: Some(FlashConfig {
-                    files: vec![FlashFile {
-                        path: dir.join("flash"),
-                        bytes: 64 << 20,
-                    }],
-                    page_size: 1 << 20,
-                    wbuf_size: 256 << 10,
-                    io_threads: 1,
-                    read_depth: DEFAULT_READ_DEPTH,
-                    knobs: FlashSettings {
-                        item_size: 64,
-                        recache_rate: 0,
-                        ..FlashSettings::default()
-                    },
-                }),
+                flash: Some(FlashConfig::for_tests(dir.join("flash"), 64 << 20)),
                 ..Config::default()
             },
             Arc::new(Clock::manual(1_700_000_000)),

@@ -180,8 +180,7 @@ impl Flash {
     /// Starts the backlog's reads while the device has room for them: fewer than
     /// `ring_read_limit` in flight on all rings, or none on this one (so that every ring with a
     /// backlog has a read whose completion wakes it to start more). Past the device's request
-    /// queue a submission would sleep in the kernel for a free request, and the worker with it
-    /// (11.5 % of its core in iowait, 64 connections of multigets of 8, 2026-11-27).
+    /// queue a submission would sleep in the kernel for a free request (see the module's doc).
     fn start_backlog(&self, direct: &mut DirectRing, mut landed_now: bool) {
         let mut handed_over = Vec::new();
         let mut landed = Vec::new();

@@ -751,9 +751,14 @@ impl Flash {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mechanics::flash_config::FlashFile;
+    use crate::mechanics::flash_config::{FlashFile, DEFAULT_READ_DEPTH};
 
     fn flash(dir: &std::path::Path, pages: u64) -> Flash {
+        flash_at_depth(dir, pages, DEFAULT_READ_DEPTH)
+    }
+
+    /// `flash` whose workers' rings keep at most `read_depth` reads in flight.
+    fn flash_at_depth(dir: &std::path::Path, pages: u64, read_depth: usize) -> Flash {
         Flash::open(&FlashConfig {
             files: vec![FlashFile {
                 path: dir.join("flash"),
@@ -761,6 +766,7 @@ mod tests {
             }],
             page_size: 1 << 20,
             wbuf_size: 256 << 10,
+            read_depth,
             ..FlashConfig::default()
         })
         .unwrap()
@@ -788,6 +794,24 @@ mod tests {
                 .unwrap()
             })
             .collect()
+    }
+
+    /// Appends `item(n, sizes[n])` for each n and writes them to the file: their locations.
+    fn on_file(f: &Flash, sizes: &[usize]) -> Vec<u64> {
+        let addrs = append_items(f, sizes);
+        f.seal_partial();
+        while f.write_one().unwrap() {}
+        addrs.iter().map(|&a| f.location(a, 0)).collect()
+    }
+
+    /// Each of `locations` landed with its record: `item(n, sizes[n])` for the nth.
+    fn assert_landed_items(f: &Flash, locations: &[u64], sizes: &[usize]) {
+        for (n, &l) in locations.iter().enumerate() {
+            match f.take_landed(l).unwrap().unwrap() {
+                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
+                _ => panic!("record {n} failed its check"),
+            }
+        }
     }
 
     #[test]
@@ -925,22 +949,9 @@ mod tests {
     #[test]
     fn workers_rings_keep_at_most_the_read_depth_in_flight_and_read_everything() {
         let dir = temp_dir("depth");
-        let f = Flash::open(&FlashConfig {
-            files: vec![FlashFile {
-                path: dir.join("flash"),
-                bytes: 4 << 20,
-            }],
-            page_size: 1 << 20,
-            wbuf_size: 256 << 10,
-            read_depth: 2,
-            ..FlashConfig::default()
-        })
-        .unwrap();
+        let f = flash_at_depth(&dir, 4, 2);
         let sizes = [3000; 14];
-        let addrs = append_items(&f, &sizes);
-        f.seal_partial();
-        while f.write_one().unwrap() {}
-        let locations: Vec<u64> = addrs.iter().map(|&a| f.location(a, 0)).collect();
+        let locations = on_file(&f, &sizes);
         let waker = || -> FlashWaker { Arc::new(|| {}) };
         let (Some(mut first), Some(mut second)) = (f.direct_ring(waker()), f.direct_ring(waker()))
         else {
@@ -971,12 +982,7 @@ mod tests {
             assert!(in_flight <= 3, "{in_flight} in flight");
             assert_eq!(in_flight, first.own_in_flight() + second.own_in_flight());
         }
-        for (n, &l) in locations.iter().enumerate() {
-            match f.take_landed(l).unwrap().unwrap() {
-                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
-                _ => panic!("record {n} failed its check"),
-            }
-        }
+        assert_landed_items(&f, &locations, &sizes);
         assert_eq!(f.ring_reads.load(Relaxed), 0);
         drop((first, second));
         std::fs::remove_dir_all(dir).unwrap();
@@ -988,22 +994,9 @@ mod tests {
     fn a_stopping_workers_ring_lands_all_it_was_asked_for() {
         use std::sync::atomic::AtomicUsize;
         let dir = temp_dir("retire");
-        let f = Flash::open(&FlashConfig {
-            files: vec![FlashFile {
-                path: dir.join("flash"),
-                bytes: 4 << 20,
-            }],
-            page_size: 1 << 20,
-            wbuf_size: 256 << 10,
-            read_depth: 2,
-            ..FlashConfig::default()
-        })
-        .unwrap();
+        let f = flash_at_depth(&dir, 4, 2);
         let sizes = [3000; 10];
-        let addrs = append_items(&f, &sizes);
-        f.seal_partial();
-        while f.write_one().unwrap() {}
-        let locations: Vec<u64> = addrs.iter().map(|&a| f.location(a, 0)).collect();
+        let locations = on_file(&f, &sizes);
         let Some(mut ring) = f.direct_ring(Arc::new(|| {})) else {
             // No io_uring here: workers use the I/O threads, tested elsewhere.
             return;
@@ -1019,12 +1012,7 @@ mod tests {
         assert!(!f.is_landed(locations[9]));
         f.retire(ring);
         assert!(woken.load(Relaxed) >= 1, "the other asker is woken");
-        for (n, &l) in locations.iter().enumerate() {
-            match f.take_landed(l).unwrap().unwrap() {
-                ReadOutcome::Record(r) => assert_eq!(r.item(), item(n, sizes[n]), "record {n}"),
-                _ => panic!("record {n} failed its check"),
-            }
-        }
+        assert_landed_items(&f, &locations, &sizes);
         assert_eq!(f.ring_reads.load(Relaxed), 0);
         std::fs::remove_dir_all(dir).unwrap();
     }
