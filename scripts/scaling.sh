@@ -6,12 +6,14 @@
 # generator's own CPU; tern and memcached also at saturation with hot keys (zipf 1.2 instead of
 # uniform keys), reported as a share of the uniform throughput.
 #
-#   scripts/scaling.sh            # the full study (about 7 minutes on 16 cores)
+#   scripts/scaling.sh            # the full study (estimated 8 minutes on 16 cores)
 #   scripts/scaling.sh --quick    # N = 1, short runs (a 2-core machine)
 #
 # Environment: TERN (default target/release/tern), MEMCACHED (default: memcached on PATH),
 # OUT (default target/scaling), NS (the N to try, default "1 2 4 8"; --quick: "1"), CPUS (the
-# CPUs to use, space-separated; default: every CPU this process may run on).
+# CPUs to use, space-separated; default: every CPU this process may run on), SPIN (the SLO
+# probes' tern bench --spin, default 1ms: how long before each send a generator thread stops
+# sleeping; 50us leaves its CPU idle between sends).
 # Needs python3 and taskset; no network, cargo or package manager.
 #
 # Of the C CPUs this process may run on, a server gets the first N (taskset; tern also --pin),
@@ -53,17 +55,21 @@ KEYS=100000 VALUE=256 MIX=get:8,set:2 P999=2ms
 HOT_ZIPF=1.2                 # the hot-key run's key distribution (tern and memcached only)
 SAT_CONNS=32 SAT_PIPELINE=16 # per generator thread (a pool: divided over its servers)
 SLO_CONNS_PER_CORE=50        # unpipelined connections per server core
+# An SLO rate passes when most of its REPEATS probes do (tern bench slo --repeats): one probe
+# a rate let a single stall of the machine decide the search (docs/performance.md, 2026-11-26).
+REPEATS=3
+SPIN=${SPIN:-1ms}
 if [ "$quick" = 1 ]; then
   NS=${NS:-1}
-  SAT_WARMUP=0.5 SAT_SECS=2 SLO_WARMUP=0.5 SLO_SECS=1 PRECISION=0.1
+  SAT_WARMUP=0.5 SAT_SECS=2 SLO_WARMUP=0.25 SLO_SECS=1 PRECISION=0.1
 else
   NS=${NS:-1 2 4 8}
-  SAT_WARMUP=1 SAT_SECS=5 SLO_WARMUP=0.5 SLO_SECS=1.5 PRECISION=0.05
+  SAT_WARMUP=1 SAT_SECS=5 SLO_WARMUP=0.25 SLO_SECS=1 PRECISION=0.1
 fi
 KINDS="tern memcached ketama"
-# each run's time limit: three times what it should take, and a margin (slo: 40 probes' worth)
+# each run's time limit: three times what it should take, and a margin (slo: 60 probes' worth)
 read -r SAT_LIMIT SLO_LIMIT < <(awk -v a="$SAT_WARMUP" -v b="$SAT_SECS" -v c="$SLO_WARMUP" -v d="$SLO_SECS" \
-  'BEGIN { print int(3 * (a + b) + 20), int(40 * (c + d) + 30) }')
+  'BEGIN { print int(3 * (a + b) + 20), int(60 * (c + d) + 30) }')
 
 read -r -a cpus <<<"${CPUS:-$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')}"
 ncpu=${#cpus[@]}
@@ -76,13 +82,15 @@ for n in "${ns[@]}"; do
   if [ "$n" -lt "$ncpu" ]; then runnable+=("$n"); else echo "N=$n skipped: needs more than $n CPUs, have $ncpu"; fi
 done
 nkinds=$(wc -w <<<"$KINDS")
-estimate=$(python3 - "$nkinds" "${#runnable[@]}" "$SAT_WARMUP" "$SAT_SECS" "$SLO_WARMUP" "$SLO_SECS" "$PRECISION" <<'PY'
+estimate=$(python3 - "$nkinds" "${#runnable[@]}" "$SAT_WARMUP" "$SAT_SECS" "$SLO_WARMUP" "$SLO_SECS" "$PRECISION" "$REPEATS" <<'PY'
 import math, sys
-kinds, ns, sw, sd, lw, ld, prec = (float(a) for a in sys.argv[1:])
-# slo: a closed-loop sizing run, a probe at the top (1.2x its throughput) and one at the bottom
-# (1%), then bisection until the bracket is within prec of the rate: assume the SLO rate is at
-# least 30% of the top (a lower one takes a probe or two more)
-probes = 3 + math.ceil(math.log2(1.2 / (prec * 0.3)))
+kinds, ns, sw, sd, lw, ld, prec, repeats = (float(a) for a in sys.argv[1:])
+# slo: a closed-loop sizing run, the top rate (1.2x its throughput) and the bottom one (1%), then
+# bisection until the bracket is within prec of the rate: assume the SLO rate is at least 30% of
+# the top (a lower one takes a rate or two more); a rate takes a majority of its repeats, and
+# one more probe for a split verdict now and then
+rates = 2 + math.ceil(math.log2(1.2 / (prec * 0.3)))
+probes = 1 + rates * (repeats // 2 + 1.2)
 per_config = 1.0 + (0.7 + sw + sd) + (0.5 + probes * (lw + ld + 0.2))
 hot = 2 * ns * (0.7 + sw + sd)  # tern's and memcached's zipf saturation runs
 print(round(kinds * ns * per_config + hot))
@@ -100,7 +108,7 @@ json.dump({
     "sat": {"connections_per_thread": $SAT_CONNS, "pipeline": $SAT_PIPELINE,
             "warmup_s": $SAT_WARMUP, "duration_s": $SAT_SECS},
     "slo": {"connections_per_server_core": $SLO_CONNS_PER_CORE, "pipeline": 1, "arrivals": "poisson",
-            "warmup_s": $SLO_WARMUP, "probe_s": $SLO_SECS, "precision": $PRECISION}},
+            "warmup_s": $SLO_WARMUP, "probe_s": $SLO_SECS, "precision": $PRECISION, "repeats": $REPEATS, "spin": "$SPIN"}},
   "estimated_s": $estimate,
 }, open(sys.argv[1], "w"), indent=1)
 PY
@@ -282,7 +290,7 @@ for n in "${runnable[@]}"; do
     echo "[$(( SECONDS - t_start ))s] $kind N=$n: SLO p99.9 <= $P999 (-t $threads -c $slo_c -p 1, poisson)"
     measure "$OUT/raw/$kind-$n-slo.json" "$SLO_LIMIT" "$gen_cpus" "$spids" "$(meta slo "$slo_c")" -- \
       "$TERN" bench slo "${servers[@]}" "${spid_arg[@]}" -t "$threads" -c "$slo_c" -p 1 --arrivals poisson \
-      --p999 "$P999" --precision "$PRECISION" --warmup "${SLO_WARMUP}s" -d "${SLO_SECS}s" "${common[@]}"
+      --p999 "$P999" --precision "$PRECISION" --repeats "$REPEATS" --spin "$SPIN" --warmup "${SLO_WARMUP}s" -d "${SLO_SECS}s" "${common[@]}"
     if [ "$kind" != ketama ]; then
       echo "[$(( SECONDS - t_start ))s] $kind N=$n: saturation, hot keys (zipf $HOT_ZIPF)"
       measure "$OUT/raw/$kind-$n-hot.json" "$SAT_LIMIT" "$gen_cpus" "$spids" "$(meta hot "$sat_c")" -- \
@@ -383,7 +391,8 @@ md = [f"Scaling study ({plan['mode']}), {plan['date']} on {plan['host']} ({len(p
       f"{p['sat']['connections_per_thread']} connections per generator thread x pipeline {p['sat']['pipeline']}, "
       f"{p['sat']['warmup_s']} s warm-up + {p['sat']['duration_s']} s. SLO: `tern bench slo --p999 {p['p999']}`, "
       f"unpipelined, Poisson arrivals, {p['slo']['connections_per_server_core']} connections per server core, "
-      f"{p['slo']['probe_s']} s probes, precision {p['slo']['precision']}. Measured in {elapsed} s; "
+      f"{p['slo']['probe_s']} s probes, precision {p['slo']['precision']}, a rate passing when most of "
+      f"its {p['slo']['repeats']} probes do, `--spin {p['slo']['spin']}`. Measured in {elapsed} s; "
       f"load average {' '.join(plan['loadavg_start'])} before, {' '.join(plan['loadavg_end'])} after.",
       "",
       "| server | N | saturation ops/s | server CPU µs/request | speed-up | SLO ops/s (p99.9 <= %s) | p99.9 µs there | SLO speed-up | hot keys: zipf %s saturation ops/s (x uniform) | generator CPU (saturation) |" % (p["p999"], p["hot_zipf"]),

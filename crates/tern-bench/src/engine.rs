@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, WeightedIndex, Zipf};
 use tern_proto::client::{self, Dialect, Op, Reply, UDP_HEADER_LEN};
 
+use crate::alarm::Alarm;
 use crate::ketama::Ketama;
 use crate::stats::Stats;
 use crate::workload::{KeyDistribution, Plan, Target, ValueSize};
@@ -34,12 +35,8 @@ const UDP_TIMEOUT_NS: u64 = 1_000_000_000;
 const DRAIN_NS: u64 = 2_000_000_000;
 /// With requests in flight and no reply for this long, the server is declared stuck.
 const STUCK_NS: u64 = 10_000_000_000;
-/// Open loop: how long before a send is due the loop stops sleeping and polls without waiting,
-/// because epoll's millisecond timeout and the scheduler's wake-up delay would make sends late.
-/// One millisecond suffices, as mio rounds epoll's timeout up to whole milliseconds: sleeping for
-/// `until - 1 ms` wakes before the due time, and a shorter spin leaves more of a shared core to
-/// others (a spinning thread also loses its scheduler priority to sleepers on a busy core).
-const SPIN_BELOW_NS: u64 = 1_000_000;
+/// The poll token of a worker's alarm; connections are numbered from 0.
+const ALARM: Token = Token(usize::MAX);
 /// `--reconnect`: after a refused connection attempt, the next one waits this long.
 const RECONNECT_BACKOFF_NS: u64 = 10_000_000;
 /// Requests in flight per connection while preloading.
@@ -199,6 +196,8 @@ pub struct Worker<'p> {
     keys: Vec<u8>,
     next_key: u64,
     poll: Poll,
+    /// Wakes `poll` before an open-loop send is due.
+    alarm: Alarm,
     /// Kept for `--reconnect`'s new connections.
     tls: Option<Arc<rustls::ClientConfig>>,
     conns: Vec<Conn>,
@@ -286,8 +285,10 @@ impl<'p> Worker<'p> {
             // Sequential keys: threads start spread over the key space.
             Job::Measure { .. } => plan.keys / plan.threads as u64 * thread as u64,
         };
+        let alarm = Alarm::new(poll.registry(), ALARM)?;
         Ok(Worker {
             plan,
+            alarm,
             ring,
             job,
             rng: SmallRng::seed_from_u64(seed),
@@ -860,16 +861,25 @@ impl<'p> Worker<'p> {
             }
             let until = wake.saturating_sub(now);
             let timeout = match gap_ns {
-                // Open loop: sleep until shortly before the next send is due, then spin, so sends
-                // leave on time despite epoll's millisecond timeouts and wake-up delays.
-                Some(_) if schedule_open => {
-                    Duration::from_nanos(until.saturating_sub(SPIN_BELOW_NS))
-                }
+                // Open loop: sleep until `spin` before the next send is due, then poll without
+                // waiting, so sends leave on time despite wake-up delays. The alarm wakes the
+                // poll to the microsecond; the poll's own timeout, rounded up to milliseconds,
+                // is a backstop.
+                Some(_) if schedule_open => match until.saturating_sub(ns(self.plan.spin)) {
+                    0 => Duration::ZERO,
+                    sleep => {
+                        self.alarm.set(Duration::from_nanos(sleep))?;
+                        Duration::from_nanos(until)
+                    }
+                },
                 _ => Duration::from_nanos(until),
             };
             self.poll.poll(&mut events, Some(timeout))?;
             let now = now_ns();
             for event in events.iter() {
+                if event.token() == ALARM {
+                    continue;
+                }
                 let ci = event.token().0;
                 if udp {
                     self.read_datagrams(ci, now)?;

@@ -1,6 +1,7 @@
 //! `tern bench`: measure a memcached-compatible server's throughput at a tail-latency SLO,
 //! honestly (open loop timed from the schedule), against one server or a ketama-spread pool.
 
+mod alarm;
 pub mod cpu;
 pub mod engine;
 pub mod ketama;
@@ -126,6 +127,10 @@ pub struct WorkloadArgs {
     /// Open-loop arrivals: constant or poisson.
     #[arg(long, value_parser = ["constant", "poisson"])]
     pub arrivals: Option<String>,
+    /// Open loop: poll without sleeping for this long before each send is due (default `1ms`;
+    /// shorter sleeps more: see docs/bench.md).
+    #[arg(long, value_name = "DURATION")]
+    pub spin: Option<String>,
     /// Random seed (runs with the same seed send the same keys and commands).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -167,6 +172,7 @@ impl WorkloadArgs {
             warmup,
             duration,
             arrivals,
+            spin,
             seed
         );
         if !self.servers.is_empty() {
@@ -283,6 +289,10 @@ pub struct SloArgs {
     /// Stop when the bracket is this narrow, as a fraction of the rate.
     #[arg(long, default_value_t = 0.05)]
     pub precision: f64,
+    /// Probes per rate: a rate meets the SLO when most of them do (probing stops once that is
+    /// decided, so 3 takes two probes or three).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
 }
 
 #[derive(Args, Debug)]
@@ -408,6 +418,7 @@ fn run_slo(args: &SloArgs) -> anyhow::Result<ExitCode> {
         &base,
         SloSearch {
             slo,
+            repeats: args.repeats,
             min_rate: args.min_rate,
             max_rate: args.max_rate,
             precision: args.precision,

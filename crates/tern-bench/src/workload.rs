@@ -63,6 +63,11 @@ pub struct Workload {
     pub rate: Option<f64>,
     /// Open-loop arrivals: `constant` or `poisson`.
     pub arrivals: String,
+    /// Open loop: how long before each send is due a thread stops sleeping and polls without
+    /// waiting (`1ms`, `50us`). A thread that sleeps until close to a send is woken ahead of
+    /// busy neighbours on its CPU, but with the machine's wake-up delay; one that polls keeps
+    /// its CPU busy, and loses scheduler slices to any neighbour (see docs/bench.md).
+    pub spin: String,
     pub seed: u64,
     /// When the server closes a connection, open a new one and send again what it left
     /// unanswered (as memcached clients do across a server's restart or hand-over).
@@ -99,6 +104,7 @@ impl Default for Workload {
             requests: None,
             rate: None,
             arrivals: "constant".into(),
+            spin: "1ms".into(),
             seed: 1,
             reconnect: false,
             pin: None,
@@ -234,6 +240,7 @@ pub struct Plan {
     pub requests: Option<u64>,
     pub rate: Option<f64>,
     pub poisson: bool,
+    pub spin: Duration,
     pub seed: u64,
     pub reconnect: bool,
     /// `pin`'s CPUs in order; empty: unpinned.
@@ -442,6 +449,7 @@ impl Plan {
             requests: w.requests,
             rate: w.rate,
             poisson,
+            spin: duration("spin", &w.spin)?,
             seed: w.seed,
             reconnect: w.reconnect,
             pin: match &w.pin {
@@ -482,6 +490,7 @@ mod tests {
             value_size = "64:8,1024:2"
             key_distribution = "zipf:0.99"
             rate = 50000.0
+            spin = "50us"
             "#,
         )
         .unwrap();
@@ -495,6 +504,11 @@ mod tests {
         );
         assert_eq!(plan.key_distribution, KeyDistribution::Zipf(0.99));
         assert_eq!(plan.rate, Some(50000.0));
+        assert_eq!(plan.spin, Duration::from_micros(50));
+        assert_eq!(
+            Plan::new(&Workload::default()).unwrap().spin,
+            Duration::from_millis(1)
+        );
         assert!(toml::from_str::<Workload>("treads = 2").is_err());
     }
 
@@ -516,6 +530,7 @@ mod tests {
         }));
         assert!(bad(|w| w.keys = 100_000_000_000_000_000));
         assert!(bad(|w| w.value_size = "10-5".into()));
+        assert!(bad(|w| w.spin = "soon".into()));
     }
 
     #[test]

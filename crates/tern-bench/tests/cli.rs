@@ -240,19 +240,31 @@ fn slo_search_reports_the_best_rate_or_that_none_meets_it() {
         "--max-rate",
         "1000",
     ];
-    // A bound no loopback request misses: the highest rate tried meets it at once.
+    // A bound no loopback request misses: the highest rate tried meets it, decided by two of
+    // the three probes a rate gets by default.
     let mut args = vec!["slo", "--p999", "10s", "--json"];
     args.extend(common);
     let doc: Value = serde_json::from_str(&ok(&tern_bench(&args), &[&mc])).unwrap();
     assert_eq!(doc["best_rate"], 1000.0);
-    assert_eq!(doc["probes"].as_array().unwrap().len(), 1);
+    let probes = doc["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2);
+    assert!(probes
+        .iter()
+        .all(|p| p["rate"] == 1000.0 && p["met"] == true));
     check_schema(&doc["best"]);
-    // A bound nothing meets: exit code 2 and a plain statement.
-    let mut args = vec!["slo", "--p99", "1ns"];
+    // A bound nothing meets: exit code 2 and a plain statement; one probe a rate when asked.
+    let mut args = vec!["slo", "--p99", "1ns", "--repeats", "1"];
     args.extend(common);
     let out = tern_bench(&args);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no rate tried meets p99"));
+    // The top rate and the bottom one, one probe each.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .matches("-> misses")
+            .count(),
+        2
+    );
 }
 
 #[test]
