@@ -1,8 +1,9 @@
 //! A shard's counters, kept under its lock so a command writes only its own shard's; the
 //! store sums them when `stats` asks.
 
-/// One shard's counters.
+/// One shard's counters; `repr(C)`, those every set moves first (see `shard::ShardLock`).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub(crate) struct Counters {
     pub(crate) curr_items: u64,
     pub(crate) bytes: u64,
@@ -11,15 +12,15 @@ pub(crate) struct Counters {
     /// one): what `stats items` reports apart, as memcached's larger slab classes.
     pub(crate) flash_sized: u64,
     pub(crate) total_items: u64,
+    /// Item bytes stored by the store commands (the flash tier's write amplification is
+    /// what it wrote over this).
+    pub(crate) set_bytes: u64,
     pub(crate) evictions: u64,
     pub(crate) reclaimed: u64,
     pub(crate) expired_unfetched: u64,
     pub(crate) evicted_unfetched: u64,
     pub(crate) reclaimed_segments: u64,
     pub(crate) merges: u64,
-    /// Item bytes stored by the store commands (the flash tier's write amplification is
-    /// what it wrote over this).
-    pub(crate) set_bytes: u64,
 }
 
 impl Counters {

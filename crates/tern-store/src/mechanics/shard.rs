@@ -16,7 +16,11 @@ use super::segments::{Loc, Owner, NO_SEGMENT};
 use super::seqlock::SeqCount;
 use super::ttl::GROUPS;
 
+/// `repr(C)` with the counters first: they follow the lock word, on the shard's first cache line
+/// (see [`ShardLock`]).
+#[repr(C)]
 pub(crate) struct Shard {
+    pub(crate) counters: Counters,
     /// The right to this shard's segments' bytes (see `segments`).
     pub(crate) owner: Owner,
     pub(crate) index: Index,
@@ -26,7 +30,6 @@ pub(crate) struct Shard {
     pub(crate) active: [u32; GROUPS],
     /// The `flush_all` generation this shard has applied.
     pub(crate) flush_seq: u32,
-    pub(crate) counters: Counters,
     /// Reused buffer for values built from an older version (see `rewrite`).
     pub(crate) scratch: Vec<u8>,
     /// Segments this shard has emptied, to hand back to the pool (or keep one).
@@ -56,14 +59,20 @@ impl Shard {
 }
 
 /// A shard behind its lock, with what optimistic readers check instead of taking it.
+///
+/// `repr(C)`, in this order, so that what a set writes (the count, the lock word, the counters it
+/// moves) and what a get reads (the count, the hint, the flush generation) start on one cache
+/// line: a set on another core then takes two of the shard's lines, not four. Two threads'
+/// uniform sets went from 1.26-1.30x to 1.38-1.41x one thread's (store bench, 2026-11-27).
+#[repr(C)]
 pub(crate) struct ShardLock {
-    shard: Mutex<Shard>,
     pub(crate) seq: SeqCount,
     /// Where the shard's index table is, for readers without the lock.
     pub(crate) hint: Hint,
     /// The `flush_all` generation the shard has applied (its `flush_seq`), for readers to see
     /// whether one is due without the lock.
     pub(crate) flush_applied: AtomicU32,
+    shard: Mutex<Shard>,
 }
 
 impl ShardLock {
@@ -216,4 +225,34 @@ pub(crate) struct Version {
     pub(crate) cas: Option<u64>,
     /// State bits carried over from the version it replaces.
     pub(crate) keep_bits: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_of<T>(field: &T, base: usize) -> usize {
+        (field as *const T as usize - base) / 64
+    }
+
+    #[test]
+    fn what_a_set_writes_and_a_get_reads_starts_on_the_shards_first_line() {
+        let cell = Padded(ShardLock::new(Shard::new(0, 1, 1 << 20)));
+        let base = &cell as *const Padded<ShardLock> as usize;
+        assert_eq!(base % 128, 0);
+        let lock = &cell.0;
+        assert_eq!(line_of(&lock.seq, base), 0);
+        assert_eq!(line_of(&lock.hint, base), 0);
+        assert_eq!(line_of(&lock.flush_applied, base), 0);
+        // The mutex's lock word comes before the shard it guards.
+        assert_eq!(line_of(&lock.shard, base), 0);
+        let guard = lock.lock();
+        let c = &guard.counters;
+        for counter in [&c.curr_items, &c.bytes, &c.item_bytes] {
+            assert_eq!(line_of(counter, base), 0);
+        }
+        for counter in [&c.flash_sized, &c.total_items, &c.set_bytes] {
+            assert_eq!(line_of(counter, base), 1);
+        }
+    }
 }
