@@ -247,10 +247,10 @@ fn slo_search_reports_the_best_rate_or_that_none_meets_it() {
     let doc: Value = serde_json::from_str(&ok(&tern_bench(&args), &[&mc])).unwrap();
     assert_eq!(doc["best_rate"], 1000.0);
     let probes = doc["probes"].as_array().unwrap();
-    assert_eq!(probes.len(), 2);
-    assert!(probes
-        .iter()
-        .all(|p| p["rate"] == 1000.0 && p["met"] == true));
+    assert!(probes.iter().all(|p| p["rate"] == 1000.0));
+    // Two probes, or three when a hiccup of the machine failed one of the first two.
+    let met = probes.iter().filter(|p| p["met"] == true).count();
+    assert!(met == 2 && (2..=3).contains(&probes.len()), "{probes:?}");
     check_schema(&doc["best"]);
     // A bound nothing meets: exit code 2 and a plain statement; one probe a rate when asked.
     let mut args = vec!["slo", "--p99", "1ns", "--repeats", "1"];
