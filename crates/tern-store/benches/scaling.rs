@@ -217,14 +217,14 @@ impl Ceiling {
                 Ordering::Relaxed,
             );
         }
-        if locked {
+        // Held until the slot is published.
+        let _counts = locked.then(|| {
             let mut counts = self.locks[(k % 16) as usize].0.lock();
             counts[0] += 1;
             counts[1] += value.len() as u64;
-            self.slot(k).store(at as u32, Ordering::Release);
-        } else {
-            self.slot(k).store(at as u32, Ordering::Release);
-        }
+            counts
+        });
+        self.slot(k).store(at as u32, Ordering::Release);
     }
 
     /// The sum of key `k`'s value words, if its slot names its record.

@@ -47,21 +47,35 @@ pub fn tern_bin() -> PathBuf {
 /// connection. Each port goes to one test only: tern binds with SO_REUSEPORT, so two tests
 /// given one port would share it silently.
 pub fn free_port() -> u16 {
-    static STATE: Mutex<Option<(BTreeSet<u16>, Rng)>> = Mutex::new(None);
-    let (low, high) = test_ports();
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let (handed_out, rng) = state.get_or_insert_with(|| {
+    /// The range drawn from, read once; the ports handed out; the draws.
+    struct Ports {
+        low: u16,
+        high: u16,
+        handed_out: BTreeSet<u16>,
+        rng: Rng,
+    }
+    static PORTS: Mutex<Option<Ports>> = Mutex::new(None);
+    let mut ports = PORTS.lock().unwrap_or_else(|p| p.into_inner());
+    let Ports {
+        low,
+        high,
+        handed_out,
+        rng,
+    } = ports.get_or_insert_with(|| {
+        let (low, high) = test_ports();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        // Processes side by side draw different ports.
-        (
-            BTreeSet::new(),
-            Rng((nanos ^ u64::from(std::process::id()) << 32) | 1),
-        )
+        Ports {
+            low,
+            high,
+            handed_out: BTreeSet::new(),
+            // Processes side by side draw different ports.
+            rng: Rng((nanos ^ u64::from(std::process::id()) << 32) | 1),
+        }
     });
     loop {
-        let port = low + rng.below(u64::from(high - low)) as u16;
+        let port = *low + rng.below(u64::from(*high - *low)) as u16;
         if !handed_out.contains(&port) && bindable(port) {
             handed_out.insert(port);
             return port;
@@ -72,13 +86,7 @@ pub fn free_port() -> u16 {
 /// The ports `free_port` draws from, `low..high`: from 10,000 up to the kernel's ephemeral range
 /// (`/proc/sys/net/ipv4/ip_local_port_range`), or above that range where that leaves more.
 fn test_ports() -> (u16, u16) {
-    let (first, last) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| {
-            let mut bounds = text.split_whitespace().map(|b| b.parse::<u16>().ok());
-            Some((bounds.next()??, bounds.next()??))
-        })
-        .unwrap_or((32_768, 60_999));
+    let (first, last) = ephemeral_range().unwrap_or((32_768, 60_999));
     let below = (10_000, first.max(10_000));
     let above = (last.saturating_add(1), u16::MAX);
     let widest = if below.1 - below.0 >= above.1.saturating_sub(above.0) {
@@ -91,6 +99,13 @@ fn test_ports() -> (u16, u16) {
         "the ephemeral range {first}-{last} leaves too few ports for test servers"
     );
     widest
+}
+
+/// The kernel's ephemeral port range, first and last (`ip_local_port_range`), if it can be read.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut bounds = text.split_whitespace().map(|b| b.parse::<u16>().ok());
+    Some((bounds.next()??, bounds.next()??))
 }
 
 /// Whether a TCP socket can bind 127.0.0.1:`port` (with SO_REUSEADDR, as servers do, so an
@@ -624,7 +639,7 @@ impl Rng {
 
 #[cfg(test)]
 mod tests {
-    use super::{free_port, tcp_sockets_on, test_ports, Conn};
+    use super::{ephemeral_range, free_port, tcp_sockets_on, test_ports, Conn};
     use std::collections::HashSet;
     use std::net::{TcpListener, TcpStream};
     use std::process::Command;
@@ -684,15 +699,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_never_ones_the_kernel_picks_itself() {
-        let (first, last) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .map(|text| {
-                let bounds: Vec<u16> = text
-                    .split_whitespace()
-                    .map(|b| b.parse().unwrap())
-                    .collect();
-                (bounds[0], bounds[1])
-            })
-            .unwrap();
+        let (first, last) = ephemeral_range().unwrap();
         let (low, high) = test_ports();
         assert!(
             high <= first || low > last,
