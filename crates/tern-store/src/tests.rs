@@ -475,3 +475,103 @@ fn a_set_drops_every_flash_entry_that_may_be_its_key() {
     assert_eq!(s.flash_stats().unwrap().false_reads, false_reads + 1);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The segment `key`'s item is in.
+fn segment_of(s: &Store, key: &[u8]) -> u32 {
+    let (shard, key) = s.hash(key);
+    let guard = s.lock(shard);
+    s.lookup(&guard, key).expect("stored").loc.seg
+}
+
+#[test]
+fn each_writer_thread_appends_to_a_segment_of_its_own() {
+    // One shard of 32 segments: two lanes.
+    let s = Store::new(
+        Config {
+            heap_bytes: 128 << 10,
+            segment_size: 4 << 10,
+            shards: 1,
+            writers: 2,
+            ..Config::default()
+        },
+        Arc::new(Clock::manual(T0)),
+    )
+    .unwrap();
+    let set = |key: &[u8]| {
+        let outcome = s.store(StoreOp::Set, key, 0, Expiry::NEVER, b"v");
+        assert!(matches!(outcome, StoreOutcome::Stored { .. }));
+    };
+    // Two threads, each writing twice, taking turns.
+    let (to_second, from_first) = std::sync::mpsc::channel();
+    let (to_first, from_second) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            set(b"first:1");
+            to_second.send(()).unwrap();
+            from_second.recv().unwrap();
+            set(b"first:2");
+            to_second.send(()).unwrap();
+        });
+        scope.spawn(move || {
+            from_first.recv().unwrap();
+            set(b"second:1");
+            to_first.send(()).unwrap();
+            from_first.recv().unwrap();
+            set(b"second:2");
+        });
+    });
+    let first = segment_of(&s, b"first:1");
+    let second = segment_of(&s, b"second:1");
+    assert_ne!(first, second);
+    assert_eq!(segment_of(&s, b"first:2"), first);
+    assert_eq!(segment_of(&s, b"second:2"), second);
+    // A flush lets go of both.
+    s.flush_all(0);
+    assert_eq!(s.lock(0).active[0], crate::mechanics::shard::Lanes::NONE);
+    set(b"after");
+    assert_eq!(get(&s, b"after").unwrap(), b"v");
+}
+
+#[test]
+fn a_lane_that_stops_writing_has_its_segment_evicted_and_opens_another() {
+    for eviction in [Eviction::Merge, Eviction::Fifo, Eviction::Random] {
+        let s = Store::new(
+            Config {
+                heap_bytes: 128 << 10,
+                segment_size: 4 << 10,
+                shards: 1,
+                writers: 2,
+                eviction,
+                ..Config::default()
+            },
+            Arc::new(Clock::manual(T0)),
+        )
+        .unwrap();
+        let set = |key: &[u8]| {
+            let outcome = s.store(StoreOp::Set, key, 0, Expiry::NEVER, &[b'v'; 100]);
+            assert!(
+                matches!(outcome, StoreOutcome::Stored { .. }),
+                "{outcome:?}"
+            );
+        };
+        // This thread takes the first lane and writes once; another writes the heap over
+        // many times on the second, so the first lane's segment becomes the oldest.
+        set(b"idle lane");
+        let idle = segment_of(&s, b"idle lane");
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for i in 0..20_000 {
+                    set(format!("busy:{i}").as_bytes());
+                }
+            });
+        });
+        assert!(s.stats().evictions > 0, "{eviction:?}");
+        assert!(
+            !s.lock(0).active[0].contains(idle),
+            "{eviction:?}: the idle lane's segment was never evicted"
+        );
+        set(b"idle lane again");
+        assert_eq!(get(&s, b"idle lane again").unwrap(), [b'v'; 100]);
+        assert_eq!(get(&s, b"busy:19999").unwrap(), [b'v'; 100]);
+    }
+}

@@ -71,6 +71,8 @@ fn store(eviction: Eviction) -> Store {
             heap_bytes: 256 << 10,
             segment_size: 8 << 10,
             shards: 2,
+            // Each writer appends to its own segments (two lanes a shard).
+            writers: WRITERS as usize,
             eviction,
             ..Config::default()
         },

@@ -206,6 +206,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         large_pages: settings.enable_largepages,
         lock_memory: settings.lock_memory,
         shards: tern_store::shards_for(settings.threads, settings.memory_limit_mb << 20),
+        writers: settings.threads,
         flash: settings.flash.store_config(),
         ..Config::default()
     };

@@ -68,6 +68,8 @@ pub fn empty(churned: bool) -> Arc<Store> {
     let store = Store::new(
         Config {
             heap_bytes: if churned { 64 << 20 } else { 256 << 20 },
+            // The scaling bench's two threads, each on its own lane.
+            writers: 2,
             ..Config::default()
         },
         Arc::new(Clock::manual(Clock::system().now())),

@@ -3,11 +3,13 @@
 //! values its steps pass around (an item found, what linking one counts, a version to write).
 //! The steps themselves work on a `Store` and live in `store/shard.rs`.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use super::config::MAX_LANES;
 use super::counters::Counters;
 use super::index::Index;
 use super::index_hints::Hint;
@@ -24,10 +26,10 @@ pub(crate) struct Shard {
     /// The right to this shard's segments' bytes (see `segments`).
     pub(crate) owner: Owner,
     pub(crate) index: Index,
-    /// Segments of each TTL group, oldest first; the last may be the group's `active` one.
+    /// Segments of each TTL group, oldest first; its lanes' `active` ones among the last.
     pub(crate) chains: [VecDeque<u32>; GROUPS],
-    /// The segment each TTL group appends to, or `NO_SEGMENT`.
-    pub(crate) active: [u32; GROUPS],
+    /// The segments each TTL group appends to, one per writer lane.
+    pub(crate) active: [Lanes; GROUPS],
     /// The `flush_all` generation this shard has applied.
     pub(crate) flush_seq: u32,
     /// Reused buffer for values built from an older version (see `rewrite`).
@@ -47,7 +49,7 @@ impl Shard {
             owner: Owner::new(id),
             index: Index::new(max_index_bytes),
             chains: std::array::from_fn(|_| VecDeque::new()),
-            active: [NO_SEGMENT; GROUPS],
+            active: [Lanes::NONE; GROUPS],
             flush_seq: 0,
             counters: Counters::default(),
             scratch: Vec::new(),
@@ -55,6 +57,89 @@ impl Shard {
             churn: 0,
             rng: rng_seed,
         }
+    }
+}
+
+/// The segments a TTL group of a shard appends to, one per writer lane (`Config::writers`):
+/// a thread writes to its own lane's, so sets from two cores to one shard write different
+/// cache lines (item bytes and the segment's write offset), as they would to two shards.
+/// `NO_SEGMENT` until the lane writes, and again once its segment is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lanes([u32; MAX_LANES]);
+
+impl Lanes {
+    pub(crate) const NONE: Lanes = Lanes([NO_SEGMENT; MAX_LANES]);
+
+    pub(crate) fn of(&self, lane: usize) -> u32 {
+        self.0[lane]
+    }
+
+    /// Makes `seg` lane `lane`'s segment; returns the one it replaces.
+    pub(crate) fn replace(&mut self, lane: usize, seg: u32) -> u32 {
+        std::mem::replace(&mut self.0[lane], seg)
+    }
+
+    /// Whether some lane appends to `seg`.
+    pub(crate) fn contains(&self, seg: u32) -> bool {
+        seg != NO_SEGMENT && self.0.contains(&seg)
+    }
+
+    /// `seg` is going: the lane appending to it, if any, opens a new segment next time.
+    pub(crate) fn forget(&mut self, seg: u32) {
+        for active in &mut self.0 {
+            if *active == seg {
+                *active = NO_SEGMENT;
+            }
+        }
+    }
+
+    /// A segment some lane appends to, or `NO_SEGMENT`: what a memory file records of a
+    /// group, for its restore to check.
+    pub(crate) fn any(&self) -> u32 {
+        self.0
+            .iter()
+            .copied()
+            .find(|&seg| seg != NO_SEGMENT)
+            .unwrap_or(NO_SEGMENT)
+    }
+}
+
+/// Which writer lane each thread takes in one store: the store's first `lanes` writer threads
+/// (a server's workers) each get a lane of their own, in the order they first write; later
+/// ones share them round-robin.
+pub(crate) struct WriterLanes {
+    lanes: usize,
+    /// This store's number, which a thread's last lane is kept with.
+    store: u64,
+    writers: AtomicUsize,
+}
+
+impl WriterLanes {
+    pub(crate) fn new(lanes: usize) -> WriterLanes {
+        static STORES: AtomicU64 = AtomicU64::new(1);
+        WriterLanes {
+            lanes,
+            store: STORES.fetch_add(1, Ordering::Relaxed),
+            writers: AtomicUsize::new(0),
+        }
+    }
+
+    /// The calling thread's lane.
+    #[inline(always)]
+    pub(crate) fn of_this_thread(&self) -> usize {
+        if self.lanes == 1 {
+            return 0;
+        }
+        // The store the thread last wrote to (0: none) and its lane there.
+        thread_local!(static LAST: Cell<(u64, usize)> = const { Cell::new((0, 0)) });
+        LAST.with(|last| match last.get() {
+            (store, lane) if store == self.store => lane,
+            _ => {
+                let lane = self.writers.fetch_add(1, Ordering::Relaxed) % self.lanes;
+                last.set((self.store, lane));
+                lane
+            }
+        })
     }
 }
 

@@ -173,7 +173,7 @@ impl Store {
         let mut sources = [NO_SEGMENT; MERGE_SEGMENTS];
         let mut n = 0;
         for &seg in sh.chains[g].iter().take(MERGE_SEGMENTS) {
-            if get32(&self.segs.meta(seg).run_len) != 1 || seg == sh.active[g] {
+            if get32(&self.segs.meta(seg).run_len) != 1 || sh.active[g].contains(seg) {
                 break;
             }
             sources[n] = seg;
@@ -271,11 +271,15 @@ impl Store {
             debug_assert_eq!(get32(&self.segs.meta(seg).live), 0);
             sh.freed.push(seg);
         }
-        let young_end = if chain.back() == Some(&sh.active[g]) {
-            chain.len() - 1
-        } else {
-            chain.len()
-        };
+        // Before the segments being appended to, which end the chain unless a merge or a
+        // lane's newer segment came after them.
+        let active = sh.active[g];
+        let young_end = chain.len()
+            - chain
+                .iter()
+                .rev()
+                .take_while(|&&seg| active.contains(seg))
+                .count();
         for (k, &seg) in sources[..kept].iter().enumerate() {
             chain.insert(young_end + k, seg);
             self.segs

@@ -724,7 +724,7 @@ impl Store {
                         }
                         moved += 1;
                     }
-                    if get32(&meta.live) == 0 && sh.active[g] != seg {
+                    if get32(&meta.live) == 0 && !sh.active[g].contains(seg) {
                         self.drop_segment(sh, seg);
                         self.release(sh, false);
                         i -= 1;

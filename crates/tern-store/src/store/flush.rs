@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::key::Key;
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
-use crate::mechanics::segments::{get32, NO_SEGMENT};
-use crate::mechanics::shard::Shard;
+use crate::mechanics::segments::get32;
+use crate::mechanics::shard::{Lanes, Shard};
 use crate::mechanics::ttl::GROUPS;
 use crate::mechanics::types::Miss;
 
@@ -57,7 +57,7 @@ impl Store {
                 let run = get32(&self.segs.meta(head).run_len);
                 sh.freed.extend(head..head + run);
             }
-            sh.active[g] = NO_SEGMENT;
+            sh.active[g] = Lanes::NONE;
         }
         self.forget_flash_entries(sh);
         let old = sh.index.bytes();

@@ -21,7 +21,7 @@ use crate::mechanics::hash_seeds;
 use crate::mechanics::heap::{Heap, PageKind};
 use crate::mechanics::pool::Pool;
 use crate::mechanics::segments::Segments;
-use crate::mechanics::shard::{Padded, Shard, ShardLock};
+use crate::mechanics::shard::{Padded, Shard, ShardLock, WriterLanes};
 use crate::mechanics::types::EvictedItem;
 
 pub(crate) mod dump;
@@ -63,6 +63,8 @@ pub struct Store {
     pub(crate) flash_sized_from: usize,
     /// The largest item the flash tier takes: one whose record fits a write buffer.
     pub(crate) flash_sized_to: usize,
+    /// Which writer lane each thread appends to (`Geometry::lanes` of them per shard).
+    pub(crate) lanes: WriterLanes,
 }
 
 /// What `Store::observe_evictions` calls, under the evicting shard's lock.
@@ -139,6 +141,7 @@ impl Store {
                 .flash
                 .as_ref()
                 .map_or(0, |f| largest_item(f.wbuf_size)),
+            lanes: WriterLanes::new(geometry.lanes),
             config,
             clock,
             hasher,

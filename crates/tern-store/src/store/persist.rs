@@ -36,6 +36,7 @@ use crate::mechanics::heap::Heap;
 use crate::mechanics::index::TAG_BITS;
 use crate::mechanics::item;
 use crate::mechanics::segments::{get32, Loc, SavedSeg, NO_SEGMENT, OFFSET_BITS, OWNER_PENDING};
+use crate::mechanics::shard::Lanes;
 use crate::mechanics::ttl::GROUPS;
 use crate::mechanics::types::Expiry;
 
@@ -374,7 +375,7 @@ impl Store {
             live.sort_unstable();
             let state = SavedShard {
                 flush_seq: sh.flush_seq,
-                active: sh.active.to_vec(),
+                active: sh.active.iter().map(Lanes::any).collect(),
                 chains: sh
                     .chains
                     .iter()
@@ -1081,6 +1082,39 @@ mod tests {
             s.set_memory_limit(heap + (1 << 20)),
             Err(crate::store::memlimit::MemoryLimitError::TooLarge { max: heap })
         );
+    }
+
+    #[test]
+    fn a_store_two_threads_wrote_on_two_lanes_restores_whole_onto_one() {
+        let file = TempFile::new("lanes");
+        let two_lanes = Config {
+            writers: 2,
+            ..config()
+        };
+        let (s, _) = open(&file, two_lanes, T0, None);
+        std::thread::scope(|scope| {
+            for t in 0..2 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in (t..10_000).step_by(2) {
+                        let key = format!("key:{i}");
+                        set(s, key.as_bytes(), 0, Expiry::NEVER, &value_of(i));
+                    }
+                });
+            }
+        });
+        let shard = s.lock(0);
+        assert!(
+            shard.active.iter().any(|lanes| lanes.of(1) != NO_SEGMENT),
+            "the second thread had no lane of its own"
+        );
+        drop(shard);
+        let (s, restored) = stop_and_restore(&file, s, T0 + 1);
+        assert_eq!(restored.items, 10_000);
+        for i in 0..10_000 {
+            let key = format!("key:{i}");
+            assert_eq!(read(&s, key.as_bytes()).unwrap().0, value_of(i), "{key}");
+        }
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl Store {
                 c.expired_unfetched += unfetched;
             }
         }
-        if free_empty && live == 0 && sh.active[get32(&meta.group) as usize] != seg {
+        if free_empty && live == 0 && !sh.active[get32(&meta.group) as usize].contains(seg) {
             self.drop_segment(sh, seg);
             self.release(sh, false);
         }
@@ -250,7 +250,8 @@ impl Store {
     /// Room for `size` bytes at the tail of TTL group `g`.
     #[inline(always)]
     fn reserve(&self, sh: &mut Shard, size: usize, g: usize, now: UnixSecs) -> Option<Loc> {
-        let active = sh.active[g];
+        let lane = self.lanes.of_this_thread();
+        let active = sh.active[g].of(lane);
         if active != NO_SEGMENT {
             let meta = self.segs.meta(active);
             let off = get32(&meta.write_off);
@@ -259,7 +260,7 @@ impl Store {
                 return Some(Loc { seg: active, off });
             }
         }
-        self.reserve_in_new_segment(sh, size, g, now)
+        self.reserve_in_new_segment(sh, size, g, lane, now)
     }
 
     /// `reserve` once the group's active segment is full (about once per segment's worth of
@@ -271,11 +272,13 @@ impl Store {
         sh: &mut Shard,
         size: usize,
         g: usize,
+        lane: usize,
         now: UnixSecs,
     ) -> Option<Loc> {
         let seg = self.make_room(sh, now)?;
         self.open_segment(sh, seg, size, g, now);
-        let sealed = std::mem::replace(&mut sh.active[g], seg);
+        // Making room may have dropped the lane's segment (`Lanes::forget`): then none is sealed.
+        let sealed = sh.active[g].replace(lane, seg);
         if sealed != NO_SEGMENT && get32(&self.segs.meta(sealed).live) == 0 {
             self.drop_segment(sh, sealed);
             self.release(sh, false);

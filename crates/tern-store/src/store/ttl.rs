@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::Store;
 use crate::mechanics::clock::UnixSecs;
-use crate::mechanics::segments::{get32, NO_SEGMENT};
+use crate::mechanics::segments::get32;
 use crate::mechanics::shard::Shard;
 use crate::mechanics::ttl::{GROUPS, NEVER_EXPIRES};
 
@@ -32,9 +32,7 @@ impl Store {
         if let Some(pos) = sh.chains[g].iter().position(|&s| s == head) {
             sh.chains[g].remove(pos);
         }
-        if sh.active[g] == head {
-            sh.active[g] = NO_SEGMENT;
-        }
+        sh.active[g].forget(head);
         let run = get32(&meta.run_len);
         sh.freed.extend(head..head + run);
     }
