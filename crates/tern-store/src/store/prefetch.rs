@@ -75,9 +75,13 @@ impl Store {
     }
 }
 
-/// Cache lines of an item loaded ahead: its header, key and a 256-byte value's start (the
-/// hardware's own prefetch follows a longer value once it is read).
-const ITEM_LINES: usize = 4;
+/// Cache lines of an item loaded ahead: 320 bytes from its start and more, so the whole of an
+/// item with a 256-byte value wherever it starts in a line (a longer value's rest the hardware's
+/// own prefetch follows once the copy reads it). With four lines the reply's copy of such a
+/// value waited for its last one or two: 6 lines took 7-8 % off the server's CPU per request at
+/// 256 B, changed nothing measurable at 32 B or 1 KiB; 8 lines gained ~2 % more at 1 KiB and
+/// lost ~0.5 % at 32 B (2026-11-27, docs/performance.md).
+const ITEM_LINES: usize = 6;
 
 /// Asks the CPU to load the cache line at `at`; any address will do.
 #[inline(always)]
