@@ -66,10 +66,7 @@ impl Store {
             if let Some((slot, packed)) = home {
                 let loc = Loc::unpack_racy(packed);
                 key.slot_hint = slot;
-                let item = self.segs.address(loc);
-                for line in 0..ITEM_LINES {
-                    prefetch_line(item.wrapping_add(line * 64));
-                }
+                prefetch_lines(self.segs.address(loc), ITEM_LINES);
             }
         }
     }
@@ -82,6 +79,17 @@ impl Store {
 /// 256 B, changed nothing measurable at 32 B or 1 KiB; 8 lines gained ~2 % more at 1 KiB and
 /// lost ~0.5 % at 32 B (2026-11-27, docs/performance.md).
 const ITEM_LINES: usize = 6;
+
+/// A cache line's size on the machines tern runs on.
+pub(crate) const LINE: usize = 64;
+
+/// Asks the CPU to load the `lines` cache lines from `at` on; any address will do.
+#[inline(always)]
+pub(crate) fn prefetch_lines(at: *const u8, lines: usize) {
+    for line in 0..lines {
+        prefetch_line(at.wrapping_add(line * LINE));
+    }
+}
 
 /// Asks the CPU to load the cache line at `at`; any address will do.
 #[inline(always)]
