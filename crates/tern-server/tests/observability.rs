@@ -397,8 +397,12 @@ fn zipf_workload_finds_the_hottest_keys() {
     let server = ServerProcess::tern(&[
         "-t",
         "2",
+        // One request in two sampled: the fifth and sixth hottest keys (~2,670 and ~2,230
+        // requests of 100,000) then come out in order by about 6 standard deviations of the
+        // sampled counts, against 3.7 at one in four, where the order failed in 1 of 300 runs
+        // (2026-11-27; 0 of 1,000 at one in two).
         "--hotkey-sample-rate",
-        "4",
+        "2",
         // A window longer than the test, so the estimate covers every request sent.
         "--hotkey-window",
         "3600",
@@ -442,7 +446,7 @@ fn zipf_workload_finds_the_hottest_keys() {
     let want: Vec<String> = hottest[..5].iter().map(|r| format!("key:{r}")).collect();
     // Under Zipf(1) the five hottest are far enough apart to come out in order.
     assert_eq!(found, want, "{lines:?}");
-    assert_eq!(lines[1], ("hotkeys_sample_every".into(), "4".into()));
+    assert_eq!(lines[1], ("hotkeys_sample_every".into(), "2".into()));
     let estimate: f64 = lines
         .iter()
         .find(|(k, _)| k == "hotkey:1:requests")
