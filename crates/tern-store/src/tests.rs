@@ -483,20 +483,25 @@ fn segment_of(s: &Store, key: &[u8]) -> u32 {
     s.lookup(&guard, key).expect("stored").loc.seg
 }
 
-#[test]
-fn each_writer_thread_appends_to_a_segment_of_its_own() {
-    // One shard of 32 segments: two lanes.
-    let s = Store::new(
+/// One shard of 32 segments, written by two threads: two lanes.
+fn two_lane_store(eviction: Eviction) -> Store {
+    Store::new(
         Config {
             heap_bytes: 128 << 10,
             segment_size: 4 << 10,
             shards: 1,
             writers: 2,
+            eviction,
             ..Config::default()
         },
         Arc::new(Clock::manual(T0)),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn each_writer_thread_appends_to_a_segment_of_its_own() {
+    let s = two_lane_store(Eviction::default());
     let set = |key: &[u8]| {
         let outcome = s.store(StoreOp::Set, key, 0, Expiry::NEVER, b"v");
         assert!(matches!(outcome, StoreOutcome::Stored { .. }));
@@ -535,18 +540,7 @@ fn each_writer_thread_appends_to_a_segment_of_its_own() {
 #[test]
 fn a_lane_that_stops_writing_has_its_segment_evicted_and_opens_another() {
     for eviction in [Eviction::Merge, Eviction::Fifo, Eviction::Random] {
-        let s = Store::new(
-            Config {
-                heap_bytes: 128 << 10,
-                segment_size: 4 << 10,
-                shards: 1,
-                writers: 2,
-                eviction,
-                ..Config::default()
-            },
-            Arc::new(Clock::manual(T0)),
-        )
-        .unwrap();
+        let s = two_lane_store(eviction);
         let set = |key: &[u8]| {
             let outcome = s.store(StoreOp::Set, key, 0, Expiry::NEVER, &[b'v'; 100]);
             assert!(

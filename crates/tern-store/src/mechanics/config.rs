@@ -89,7 +89,7 @@ impl Default for Config {
 }
 
 /// The most writer lanes a shard has (`Config::writers`). Two threads' uniform sets on two
-/// lanes took 1.52-1.56x one thread's time against 1.45x on one (store bench, 2026-11-27);
+/// lanes ran at 1.52-1.56x one thread's rate against 1.45x on one (store bench, 2026-11-27);
 /// more than four is unmeasured and keeps more of a shard's segments open.
 pub(crate) const MAX_LANES: usize = 4;
 

@@ -260,8 +260,8 @@ impl Store {
         if active != NO_SEGMENT {
             let meta = self.segs.meta(active);
             let off = get32(&meta.write_off);
-            if off as usize + size <= self.segs.size() {
-                let end = off as usize + size;
+            let end = off as usize + size;
+            if end <= self.segs.size() {
                 set32(&meta.write_off, end as u32);
                 self.prefetch_next_append(active, end, size);
                 return Some(Loc { seg: active, off });
